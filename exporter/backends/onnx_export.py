@@ -1,0 +1,83 @@
+"""torch -> ONNX export of recipe components (torch.onnx.export, dynamo exporter)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+
+from exporter.errors import IntegrityError
+from recipes.base import Component
+
+OPSET = 18
+
+
+def load_hf_model(directory: Path, architecture: str):
+    """Load a transformers model from safetensors only (memory-mapped), no remote code."""
+    import torch
+    import transformers
+
+    cls = getattr(transformers, architecture)
+    try:
+        model, info = cls.from_pretrained(
+            str(directory),
+            output_loading_info=True,
+            dtype=torch.float32,
+            attn_implementation="eager",
+            use_safetensors=True,
+            trust_remote_code=False,
+            local_files_only=True,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        raise IntegrityError(f"{directory}: cannot load the checkpoint as {architecture}: {e}", "check that the snapshot is complete and of that architecture") from None
+    # transformers only warns and initialises missing tensors at random: refuse instead
+    for kind in ("missing_keys", "mismatched_keys", "unexpected_keys"):
+        bad = sorted(str(k) for k in info.get(kind) or [])
+        if bad:
+            raise IntegrityError(
+                f"{directory}: checkpoint has {kind.replace('_', ' ')} for {architecture}: {bad[:5]}"
+                + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""),
+                "use a complete snapshot of that architecture (tensor names must match transformers' names)",
+            )
+    return model.eval()
+
+
+def example_inputs(component: Component):
+    import torch
+
+    dtypes = {"float32": torch.float32, "int32": torch.int32, "int64": torch.int64}
+    return tuple(torch.zeros(s.shape, dtype=dtypes[s.dtype]) for s in component.inputs)
+
+
+def export_component(step_module, component: Component, out: Path) -> dict:
+    """Export `step_module` (a static-shape wrapper) to `out/model.onnx`; returns stage info."""
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    path = out / "model.onnx"
+    sink = io.StringIO()
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            step_module,
+            example_inputs(component),
+            str(path),
+            input_names=[s.name for s in component.inputs],
+            output_names=[s.name for s in component.outputs],
+            dynamo=True,
+            opset_version=OPSET,
+            external_data=False,
+            optimize=True,
+        )
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    got_in = [i.name for i in model.graph.input]
+    got_out = [o.name for o in model.graph.output]
+    want_in = [s.name for s in component.inputs]
+    want_out = [s.name for s in component.outputs]
+    if got_in != want_in or got_out != want_out:
+        raise RuntimeError(f"exported graph {component.name} has inputs {got_in} / outputs {got_out}, expected {want_in} / {want_out}")
+    return {"opset": OPSET, "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(model.graph.node)}

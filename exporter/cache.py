@@ -1,0 +1,67 @@
+"""Content-addressed stage cache.
+
+A stage's key is the SHA-256 of everything that can change its result (input
+digests, recipe content, target, options, calibration digest, tool versions).
+An entry is a directory published atomically with a `_done.json` that lists its
+files and their digests; an entry is used only if every file is still there with
+the same digest, so a corrupted entry is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from exporter.atomic import staging_dir
+from exporter.hashing import sha256_file, sha256_json
+
+DONE = "_done.json"
+
+
+@dataclass
+class StageResult:
+    path: Path
+    key: str
+    hit: bool
+    info: dict
+
+
+class StageCache:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def key(self, stage: str, inputs: dict) -> str:
+        return sha256_json({"stage": stage, "inputs": inputs})
+
+    def _valid(self, entry: Path) -> dict | None:
+        done = entry / DONE
+        if not done.is_file():
+            return None
+        try:
+            meta = json.loads(done.read_text())
+            for name, digest in meta["files"].items():
+                if sha256_file(entry / name) != digest:
+                    return None
+        except (OSError, ValueError, KeyError):
+            return None
+        return meta
+
+    def run(self, stage: str, inputs: dict, build: Callable[[Path], dict | None]) -> StageResult:
+        """Return the cached entry for (stage, inputs) or build it into a fresh directory."""
+        k = self.key(stage, inputs)
+        entry = self.root / stage / k[:2] / k
+        meta = self._valid(entry)
+        if meta is not None:
+            return StageResult(entry, k, True, meta.get("info", {}))
+        if entry.exists():
+            shutil.rmtree(entry)
+        with staging_dir(entry) as tmp:
+            info = build(tmp) or {}
+            files = {
+                str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()
+            }
+            (tmp / DONE).write_text(json.dumps({"stage": stage, "key": k, "inputs": inputs, "files": files, "info": info}, indent=1, sort_keys=True))
+        return StageResult(entry, k, False, info)

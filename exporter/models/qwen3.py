@@ -1,0 +1,89 @@
+"""A static-shape step graph over a loaded transformers Qwen3ForCausalLM.
+
+The weights are the HF modules' own parameters; the arithmetic is written out so
+that every op lowers to the HTP integer path:
+
+* RMSNorm as ``x / sqrt(mean(x^2) + eps)``: torch.rsqrt exports as
+  Sqrt->Reciprocal and the uint16 Reciprocal is wrong on HTP (DESIGN.md);
+* rotary embedding as ``x*cos + swap(x)*sin_signed`` from constant tables
+  gathered by position (no Neg, no Sin/Cos of quantized positions);
+* grouped-query attention by slicing KV heads (no Expand), KV concatenated with
+  the new rows and only the new rows returned (no ScatterND into state).
+
+The torch reference for parity is the untouched HF model (``generate``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotary_tables(head_dim: int, context: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
+    cos = torch.cat([freqs.cos(), freqs.cos()], dim=-1)
+    sin_signed = torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
+    return cos, sin_signed
+
+
+def swap_halves(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([x[..., half:], x[..., :half]], dim=-1)
+
+
+class Qwen3Step(nn.Module):
+    def __init__(self, hf_model: nn.Module, ar: int, context: int):
+        super().__init__()
+        cfg = hf_model.config
+        self.model = hf_model.model
+        self.lm_head = hf_model.lm_head
+        self.ar = ar
+        self.context = context
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.eps = cfg.rms_norm_eps
+        theta = float(cfg.rope_parameters["rope_theta"])
+        cos, sin = rotary_tables(self.head_dim, context, theta)
+        self.register_buffer("cos_table", cos, persistent=False)
+        self.register_buffer("sin_table", sin, persistent=False)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(1, self.ar, n, self.head_dim).transpose(1, 2)
+
+    def forward(self, input_ids, position_ids, attention_mask, *past):
+        h = self.model.embed_tokens(input_ids)
+        # Gather (not GatherND) so that int32 positions stay valid ONNX
+        cos = nn.functional.embedding(position_ids, self.cos_table).unsqueeze(1)  # [1,1,ar,hd]
+        sin = nn.functional.embedding(position_ids, self.sin_table).unsqueeze(1)
+        group = self.n_heads // self.n_kv
+        scale = self.head_dim**-0.5
+        new_kv = []
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            x = rms_norm(h, layer.input_layernorm.weight, self.eps)
+            q = rms_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps)
+            k = rms_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps)
+            v = self._heads(attn.v_proj(x), self.n_kv)
+            q = q * cos + swap_halves(q) * sin
+            k = k * cos + swap_halves(k) * sin
+            keys = torch.cat([past[2 * i], k], dim=2)
+            values = torch.cat([past[2 * i + 1], v], dim=2)
+            outs = []
+            for j in range(self.n_kv):
+                qj = q[:, j * group : (j + 1) * group]
+                scores = torch.matmul(qj, keys[:, j : j + 1].transpose(2, 3)) * scale + attention_mask
+                outs.append(torch.matmul(torch.softmax(scores, dim=-1), values[:, j : j + 1]))
+            o = torch.cat(outs, dim=1).transpose(1, 2).reshape(1, self.ar, self.n_heads * self.head_dim)
+            h = h + attn.o_proj(o)
+            x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
+            mlp = layer.mlp
+            h = h + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+            new_kv += [k, v]
+        logits = self.lm_head(rms_norm(h, self.model.norm.weight, self.eps))
+        return (logits, *new_kv)

@@ -1,0 +1,493 @@
+"""The build pipeline: resolve -> plan -> export -> quantize -> compile -> verify -> sign -> publish.
+
+Every heavy stage goes through the content-addressed StageCache; the published
+bundle is assembled in a temporary directory and renamed into place, so a killed
+run never leaves a finished-looking bundle. Heavy imports happen inside stages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterator
+
+from exporter import versions
+from exporter.atomic import staging_dir
+from exporter.cache import StageCache
+from exporter.errors import EdgeExportError, PlanRejected
+from exporter.hashing import sha256_file, sha256_json
+from exporter.plan import Plan, make_plan
+from exporter.resolve import ResolvedCheckpoint, resolve
+from exporter.targets import Target, get_target
+from recipes import get_recipe
+from recipes.base import PRECISIONS, Recipe
+
+EXPORT_TOOLS = ("torch", "onnx", "onnxscript", "transformers", "safetensors", "numpy")
+QUANT_TOOLS = ("onnx", "onnxruntime", "numpy")
+COMPILE_TOOLS = ("onnxruntime", "onnxruntime-qnn", "qairt")
+
+
+class CompileError(EdgeExportError):
+    exit_code = 3
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Digest of our own sources: a code change invalidates every cached stage."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(p for pkg in ("exporter", "recipes", "calibration", "verify") for p in (root / pkg).rglob("*.py"))
+    return sha256_json({str(p.relative_to(root)): sha256_file(p) for p in files})
+
+
+class Reporter:
+    """Progress sink; the CLI passes a rich-backed one. The default is silent."""
+
+    @contextlib.contextmanager
+    def stage(self, name: str, detail: str = "") -> Iterator[None]:
+        yield
+
+    def note(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class BuildResult:
+    recipe: str
+    target: str
+    precision: str
+    status: str  # published | up-to-date | parity-failed
+    bundle: Path
+    parity: dict
+    timings: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "recipe": self.recipe,
+            "target": self.target,
+            "precision": self.precision,
+            "status": self.status,
+            "bundle": str(self.bundle),
+            "verdict": self.parity.get("verdict"),
+            "first_failure": self.parity.get("first_failure"),
+            "timings_s": self.timings,
+            "cache_hits": self.cache,
+        }
+
+
+@dataclass
+class Context:
+    recipe: Recipe
+    target: Target
+    plan: Plan
+    ckpt: ResolvedCheckpoint
+    cache: StageCache
+    reporter: Reporter
+    tools: dict
+    timings: dict = field(default_factory=dict)
+    hits: dict = field(default_factory=dict)
+    _model: object = None
+    _feeds: dict | None = None
+
+    def tool_subset(self, names) -> dict:
+        return {n: self.tools.get(n) for n in names}
+
+    def model(self):
+        if self._model is None:
+            from exporter.backends.onnx_export import load_hf_model
+
+            with self.reporter.stage("load", f"{self.recipe.architecture} from {self.ckpt.directory}"):
+                self._model = load_hf_model(self.ckpt.directory, self.recipe.architecture)
+        return self._model
+
+    def step_module(self, component):
+        from exporter.models.qwen3 import Qwen3Step
+
+        return Qwen3Step(self.model(), component.bucket.ar, component.bucket.context).eval()
+
+    @contextlib.contextmanager
+    def timed(self, name: str, detail: str = ""):
+        t = time.perf_counter()
+        with self.reporter.stage(name, detail):
+            yield
+        self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t, 3)
+
+
+def artifact_digest(entry: Path) -> str:
+    """Digest of a stage output: its entry file and every file beside it (e.g. a context .bin)."""
+    return sha256_json({p.name: sha256_file(p) for p in sorted(entry.parent.iterdir()) if p.is_file() and p.name != "_done.json"})
+
+
+def _manifest_components(recipe: Recipe) -> list[dict]:
+    return recipe.to_json()["components"]
+
+
+def _cpu_target() -> dict:
+    return get_target("cpu").to_json()
+
+
+def _runners(paths: dict[str, Path], target: dict) -> tuple[dict, dict]:
+    from exporter.runtime import open_session
+
+    runners, placement = {}, {}
+    for name, p in paths.items():
+        sess, pl = open_session(p, target)
+        runners[name] = sess
+        placement[name] = pl
+    return runners, placement
+
+
+def stage_export(ctx: Context) -> dict[str, Path]:
+    from exporter.backends.onnx_export import export_component
+
+    out = {}
+    for comp in ctx.recipe.components:
+        inputs = {
+            "checkpoint": ctx.ckpt.digest,
+            "recipe": ctx.recipe.content_hash(),
+            "component": comp.name,
+            "tools": ctx.tool_subset(EXPORT_TOOLS),
+            "code": code_digest(),
+        }
+        with ctx.timed("export", comp.graph_name):
+            r = ctx.cache.run("export", inputs, lambda tmp, c=comp: export_component(ctx.step_module(c), c, tmp))
+        ctx.hits[f"export/{comp.name}"] = r.hit
+        out[comp.name] = r.path / "model.onnx"
+    return out
+
+
+def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dict]]:
+    """Inputs of every graph along calibration sequences, produced by the float graphs."""
+    from calibration.lm_data import calibration_set
+    from verify import lm_driver
+
+    cfg = ctx.recipe.model_config
+    context = max(c.bucket.context for c in ctx.recipe.components)
+    cal = calibration_set(cfg["vocab_size"], context)
+    runners, _ = _runners(fp32, _cpu_target())
+    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in _manifest_components(ctx.recipe)}
+    feeds: dict[str, list[dict]] = {name: [] for name in graphs}
+
+    def rec(step):
+        feeds[step.component].append(step.feeds)
+
+    layout = ctx.recipe.state_layout
+    for seq in cal.sequences:
+        seq = list(seq)
+        # prefill over the whole bucket (every prefill position), then decode over every position
+        lm_driver.generate(runners, graphs, layout, seq, 1, on_step=rec)
+        lm_driver.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
+    return feeds
+
+
+def stage_quantize(ctx: Context, fp32: dict[str, Path], export_keys: dict) -> tuple[dict[str, Path], dict]:
+    from calibration.lm_data import calibration_set
+
+    precision = ctx.plan.precision
+    method = PRECISIONS[precision].method
+    if method == "float":
+        return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None}
+    cfg = ctx.recipe.model_config
+    context = max(c.bucket.context for c in ctx.recipe.components)
+    cal = calibration_set(cfg["vocab_size"], context)
+    out, info = {}, {}
+    for name, src in fp32.items():
+        inputs = {"source": sha256_file(src), "precision": precision, "tools": ctx.tool_subset(QUANT_TOOLS), "code": code_digest()}
+        if method == "ort-qdq-static":
+            inputs["calibration"] = cal.digest
+
+        def build(tmp: Path, name=name, src=src):
+            from exporter.backends import quantize as q
+
+            if method == "ort-dynamic":
+                return q.dynamic_int8(src, tmp / "model.onnx")
+            if ctx._feeds is None:
+                with ctx.reporter.stage("calibrate", f"{cal.name} ({len(cal.sequences)} sequences)"):
+                    ctx._feeds = calibration_feeds(ctx, fp32)
+            return q.static_w8a16(src, tmp / "model.onnx", ctx._feeds[name])
+
+        with ctx.timed("quantize", f"{name} {precision}"):
+            r = ctx.cache.run("quantize", inputs, build)
+        ctx.hits[f"quantize/{name}"] = r.hit
+        out[name] = r.path / "model.onnx"
+        info = r.info
+    scheme = {"precision": precision, **info}
+    scheme["calibration"] = cal.to_json() if method == "ort-qdq-static" else None
+    return out, scheme
+
+
+def _compile_one(src: Path, tmp: Path, graph_name: str, target: dict) -> dict:
+    from exporter.runtime import open_session
+
+    ctx_path = tmp / f"{graph_name}.onnx"
+    try:
+        open_session(src, target, context_out=ctx_path)
+    except EdgeExportError:
+        raise
+    except Exception as e:  # ORT raises its own error types; name the unplaced nodes
+        try:
+            _, pl = open_session(src, target, allow_fallback=True)
+            off = pl.nodes_not_on(target["execution_provider"])
+        except Exception:
+            off = []
+        raise CompileError(
+            f"{src}: compiling {graph_name} for {target['name']} failed"
+            + (f"; nodes not supported on {target['execution_provider']}: {off[:20]}" if off else f": {str(e).splitlines()[0]}"),
+            "change the recipe's graph so every node lowers to the accelerator; there is no CPU fallback",
+        ) from None
+    files = sorted(p.name for p in tmp.iterdir())
+    return {"entry": ctx_path.name, "files": files}
+
+
+def stage_compile(ctx: Context, quantized: dict[str, Path]) -> dict[str, Path]:
+    target = ctx.target.to_json()
+    if ctx.plan.format != "qnn-context":
+        return quantized
+    out = {}
+    for comp in ctx.recipe.components:
+        src = quantized[comp.name]
+        inputs = {"source": sha256_file(src), "target": target["accelerator"], "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
+        with ctx.timed("compile", f"{comp.graph_name} -> HTP v{target['accelerator']['htp_arch']}"):
+            r = ctx.cache.run("compile", inputs, lambda tmp, c=comp, s=src: _compile_one(s, tmp, c.graph_name, target))
+        ctx.hits[f"compile/{comp.name}"] = r.hit
+        out[comp.name] = r.path / r.info["entry"]
+    return out
+
+
+def _verification_stages(ctx: Context, fp32, quantized, final) -> list[tuple[str, dict, str, dict]]:
+    """(stage name, paths, precision, target json) to measure, in pipeline order."""
+    cpu = _cpu_target()
+    p = ctx.plan.precision
+    stages = [("float-export", fp32, "fp32", cpu)]
+    if p != "fp32":
+        if ctx.plan.format == "qnn-context":
+            stages.append(("fake-quant", quantized, p, cpu))
+            stages.append(("compiled", final, p, ctx.target.to_json()))
+        else:
+            stages.append(("quantized", final, p, ctx.target.to_json()))
+    return stages
+
+
+def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
+    from calibration.lm_data import calibration_set, check_disjoint, evaluation_set
+
+    cfg = ctx.recipe.model_config
+    pre = next(c for c in ctx.recipe.components if c.role == "prefill")
+    ev = evaluation_set(cfg["vocab_size"], pre.bucket.ar)
+    check_disjoint(calibration_set(cfg["vocab_size"], pre.bucket.context), ev)
+    stages = _verification_stages(ctx, fp32, quantized, final)
+    inputs = {
+        "artifacts": {s: {n: artifact_digest(p) for n, p in paths.items()} for s, paths, _, _ in stages},
+        "evaluation": ev.digest,
+        "thresholds": {k: v.to_json() for k, v in ctx.recipe.thresholds.items()},
+        "target": ctx.target.to_json(),
+        "steps": ctx.recipe.decode_steps,
+        "tools": ctx.tool_subset(EXPORT_TOOLS + QUANT_TOOLS + COMPILE_TOOLS),
+        "code": code_digest(),
+    }
+
+    def build(tmp: Path) -> dict:
+        from verify.parity import measure_stage, summarize
+        from verify.reference import LMReference
+
+        reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.recipe.components})
+        results, placement = [], {}
+        for name, paths, precision, target in stages:
+            with ctx.reporter.stage("verify", f"{name} on {target['execution_provider']}"):
+                runners, pl = _runners(paths, target)
+                res = measure_stage(
+                    name, target["execution_provider"], precision, runners, _manifest_components(ctx.recipe),
+                    ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
+                    ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
+                )
+                results.append(res)
+                placement = {n: p.to_json() for n, p in pl.items()}
+        summary = summarize(results)
+        (tmp / "parity.json").write_text(json.dumps({"summary": summary, "placement": placement}, indent=1, sort_keys=True))
+        return {}
+
+    with ctx.timed("verify"):
+        r = ctx.cache.run("verify", inputs, build)
+    ctx.hits["verify"] = r.hit
+    data = json.loads((r.path / "parity.json").read_text())
+    data["summary"]["evaluation"] = ev.to_json()
+    return data["summary"], data["placement"]
+
+
+def _bundle_files(ctx: Context, final: dict[str, Path], staging: Path) -> list[dict]:
+    comps = []
+    for comp, cj in zip(ctx.recipe.components, _manifest_components(ctx.recipe)):
+        src = final[comp.name]
+        if ctx.plan.format == "qnn-context":
+            names = sorted(p.name for p in src.parent.iterdir() if p.name != "_done.json")
+            for n in names:
+                shutil.copy2(src.parent / n, staging / n)
+            entry, files = src.name, names
+        else:
+            entry = f"{comp.graph_name}.onnx"
+            shutil.copy2(src, staging / entry)
+            files = [entry]
+        comps.append({**cj, "entry": entry, "files": files})
+    return comps
+
+
+def _worst(outputs: dict) -> dict:
+    """The worst value of each metric over every component and output of a stage."""
+    ms = [m for outs in outputs.values() for m in outs.values()]
+    psnrs = [m["min_psnr_db"] for m in ms if m["min_psnr_db"] is not None]
+    return {
+        "min_cosine": min(m["min_cosine"] for m in ms),
+        "min_psnr_db": min(psnrs) if psnrs else None,
+        "max_abs": max(m["max_abs"] for m in ms),
+    }
+
+
+def _existing_matches(bundle: Path, build_key: str, public_key: Path) -> bool:
+    from manifests import manifest as mf
+    from manifests.signing import verify_bundle
+
+    try:
+        data = mf.load(bundle)
+        if data.get("build_key") != build_key:
+            return False
+        verify_bundle(bundle, public_key)
+        return True
+    except EdgeExportError:
+        return False
+
+
+def build_one(
+    recipe: Recipe,
+    target: Target,
+    precision: str | None,
+    out_root: Path,
+    key: Path | None = None,
+    checkpoint: Path | None = None,
+    allow_unpinned: bool = False,
+    cache_root: Path | None = None,
+    reporter: Reporter | None = None,
+) -> BuildResult:
+    from manifests import manifest as mf
+    from manifests.signing import public_key_fingerprint, resolve_key, sign_bundle
+
+    reporter = reporter or Reporter()
+    out_root = Path(out_root)
+    cache_root = Path(cache_root) if cache_root else out_root / ".cache"
+    plan = make_plan(recipe, target, precision)
+    if not plan.admitted:
+        record_rejection(out_root, plan)
+        r = plan.rejection
+        raise PlanRejected(f"plan rejected for {recipe.name} on {target.name} ({plan.precision}): [{r.code}] {r.reason}", r.fix)
+    keys = resolve_key(key)
+    t0 = time.perf_counter()
+    with reporter.stage("resolve", f"{recipe.name} checkpoint ({recipe.pin.source if checkpoint is None else checkpoint})"):
+        ckpt = resolve(recipe, cache_root, checkpoint, allow_unpinned)
+    ctx = Context(recipe, target, plan, ckpt, StageCache(cache_root), reporter, versions.tool_versions())
+    ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
+
+    fp32 = stage_export(ctx)
+    quantized, scheme = stage_quantize(ctx, fp32, {})
+    final = stage_compile(ctx, quantized)
+    summary, placement = stage_verify(ctx, fp32, quantized, final)
+
+    bundle = out_root / recipe.name / target.name / plan.precision
+    passed = summary["verdict"] == "pass"
+    dest = bundle if passed else bundle.with_name(bundle.name + ".failed")
+    build_key = sha256_json({
+        "recipe": recipe.content_hash(),
+        "checkpoint": ckpt.to_json(),
+        "plan": plan.to_json(),
+        "artifacts": {n: artifact_digest(p) for n, p in final.items()},
+        "parity": summary,
+        "signer": public_key_fingerprint(keys.public),
+        "code": code_digest(),
+    })
+    if passed and _existing_matches(dest, build_key, keys.public):
+        ctx.hits["publish"] = True
+        return BuildResult(recipe.name, target.name, plan.precision, "up-to-date", dest, summary, ctx.timings, ctx.hits)
+
+    from verify.parity import markdown
+
+    with ctx.timed("sign", str(dest)), staging_dir(dest) as tmp:
+        comps = _bundle_files(ctx, final, tmp)
+        for c in comps:
+            c["placement"] = placement.get(c["name"], {})
+        (tmp / "parity.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        (tmp / "parity.md").write_text(markdown(summary, f"{recipe.name} / {target.name} / {plan.precision}"))
+        files = {
+            str(p.relative_to(tmp)): {"sha256": sha256_file(p), "size": p.stat().st_size}
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
+        }
+        manifest = {
+            "schema_version": mf.SCHEMA_VERSION,
+            "build_key": build_key,
+            "bundle": {
+                "recipe": recipe.name,
+                "target": target.name,
+                "precision": plan.precision,
+                "format": plan.format,
+                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "published": passed,
+            },
+            "recipe": {"name": recipe.name, "content_sha256": recipe.content_hash(), "family": recipe.family, "architecture": recipe.architecture},
+            "checkpoint": ckpt.to_json(),
+            "target": target.to_json(),
+            "plan": plan.to_json(),
+            "components": comps,
+            "state_layout": recipe.state_layout,
+            "quantization": scheme,
+            "evaluation": summary["evaluation"],
+            "tools": ctx.tools,
+            "memory": {"estimate": plan.memory},
+            "parity": {
+                "verdict": summary["verdict"],
+                "first_failure": summary["first_failure"],
+                "thresholds": {v["stage"]: v["thresholds"] for v in summary["stages"]},
+                "stages": [
+                    {
+                        "stage": v["stage"],
+                        "verdict": v["verdict"],
+                        "provider": v["provider"],
+                        "precision": v["precision"],
+                        "decode": {k: v["decode"][k] for k in ("steps", "token_agreement", "min_greedy_prefix", "all_greedy_exact")},
+                        "worst": _worst(v["outputs"]),
+                    }
+                    for v in summary["stages"]
+                ],
+                "report": "parity.json",
+            },
+            "files": files,
+            "host": versions.host_info(),
+            "signing": {"format": "model-signing/elliptic-key", "public_key_sha256": public_key_fingerprint(keys.public), "signature": mf.SIGNATURE},
+        }
+        mf.write(tmp, manifest)
+        sign_bundle(tmp, keys.private)
+    status = "published" if passed else "parity-failed"
+    return BuildResult(recipe.name, target.name, plan.precision, status, dest, summary, ctx.timings, ctx.hits)
+
+
+def record_rejection(out_root: Path, plan: Plan) -> Path:
+    from exporter.atomic import write_text_atomic
+
+    path = Path(out_root) / plan.recipe / plan.target / f"{plan.precision}.rejected.json"
+    write_text_atomic(path, json.dumps({"record": "rejection", **plan.to_json()}, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def precisions_for(recipe: Recipe, target: Target, precision: str | None) -> list[str | None]:
+    if precision:
+        return [precision]
+    return list(recipe.precisions.get(target.name, ())) or [None]
+
+
+def build(recipe_name: str, target_name: str, precision: str | None = None, **kw) -> list[BuildResult]:
+    recipe = get_recipe(recipe_name)
+    target = get_target(target_name)
+    return [build_one(recipe, target, p, **kw) for p in precisions_for(recipe, target, precision)]

@@ -1,0 +1,102 @@
+"""Resolve stage: pin and hash the checkpoint before any other work.
+
+Every pinned file is hashed (streamed) and compared with the recipe's pin; a
+mismatch or a missing file stops the run. The loader then sees a directory that
+holds only the pinned files (symbolic links into the source), so nothing
+unpinned (a stray generation_config.json, a second weights file) is ever read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.atomic import staging_dir
+from exporter.errors import IntegrityError, UsageError
+from exporter.hashing import sha256_file, sha256_json
+from recipes.base import Recipe
+
+
+@dataclass(frozen=True)
+class ResolvedCheckpoint:
+    source: str
+    revision: str
+    directory: Path  # holds exactly the pinned files
+    files: dict[str, str]  # name -> sha256 actually measured
+    pinned: bool
+    mismatches: list[dict] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        return sha256_json(self.files)
+
+    def to_json(self) -> dict:
+        out = {"source": self.source, "revision": self.revision, "pinned": self.pinned, "files": dict(self.files)}
+        if self.mismatches:
+            out["pin_mismatches"] = self.mismatches
+        return out
+
+
+def _synthesized_dir(recipe: Recipe, cache_root: Path) -> Path:
+    d = cache_root / "checkpoints" / recipe.name / recipe.pin.revision
+    if not all((d / f).is_file() for f in recipe.pin.files):
+        if recipe.synthesize is None:
+            raise UsageError(f"recipe {recipe.name} has no synthesiser and no checkpoint", "pass --checkpoint PATH")
+        with staging_dir(d) as tmp:
+            recipe.synthesize(tmp)
+    return d
+
+
+def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, allow_unpinned: bool = False) -> ResolvedCheckpoint:
+    if checkpoint is not None:
+        src_dir = Path(checkpoint)
+        if not src_dir.is_dir():
+            raise UsageError(f"checkpoint {src_dir} is not a directory", "pass a Hugging Face layout directory (config.json, *.safetensors)")
+        source = f"local:{src_dir.resolve()}"
+    elif recipe.pin.source.startswith("synthesized:"):
+        src_dir = _synthesized_dir(recipe, cache_root)
+        source = recipe.pin.source
+    else:
+        raise UsageError(f"recipe {recipe.name} needs a local checkpoint snapshot", "pass --checkpoint PATH")
+
+    for bad in sorted(src_dir.glob("*.bin")) + sorted(src_dir.glob("*.pt")) + sorted(src_dir.glob("*.pth")):
+        if bad.name not in recipe.pin.files:
+            continue
+        raise IntegrityError(f"{bad}: pickle checkpoints are refused", "convert the weights to safetensors")
+
+    measured: dict[str, str] = {}
+    mismatches: list[dict] = []
+    for name, expected in sorted(recipe.pin.files.items()):
+        path = src_dir / name
+        if not path.is_file():
+            raise IntegrityError(
+                f"{path}: pinned checkpoint file is missing (recipe {recipe.name} pins {sorted(recipe.pin.files)})",
+                "point --checkpoint at the complete snapshot",
+            )
+        actual = sha256_file(path)
+        measured[name] = actual
+        if actual != expected:
+            mismatches.append({"file": name, "expected": expected, "actual": actual})
+    if mismatches and not allow_unpinned:
+        m = mismatches[0]
+        raise IntegrityError(
+            f"{src_dir / m['file']}: SHA-256 {m['actual']} does not match the pin {m['expected']} of recipe {recipe.name}"
+            + (f" (and {len(mismatches) - 1} more file(s))" if len(mismatches) > 1 else ""),
+            (f"delete {src_dir} to synthesise it again" if checkpoint is None else "use the pinned snapshot")
+            + ", or pass --allow-unpinned to build anyway (the manifest then records it and a release audit fails it)",
+        )
+
+    view = cache_root / "resolved" / sha256_json({"src": str(src_dir.resolve()), "files": measured})
+    if not view.is_dir():
+        with staging_dir(view) as tmp:
+            for name in measured:
+                os.symlink((src_dir / name).resolve(), tmp / name)
+    return ResolvedCheckpoint(
+        source=source,
+        revision=recipe.pin.revision if not mismatches else "unpinned",
+        directory=view,
+        files=measured,
+        pinned=not mismatches,
+        mismatches=mismatches,
+    )

@@ -1,0 +1,1 @@
+"""Manifest schema, signing and verification. Torch-free by design."""

@@ -1,0 +1,72 @@
+"""Reading, validating and writing bundle manifests (schema `edge-export.manifest/v1`)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+from exporter.errors import IntegrityError
+
+SCHEMA_VERSION = "edge-export.manifest/v1"
+MANIFEST = "manifest.json"
+SIGNATURE = "model.sig"
+
+
+class ManifestInvalid(IntegrityError):
+    pass
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    return json.loads(resources.files("manifests").joinpath("schema/manifest-v1.schema.json").read_text())
+
+
+def safe_relpath(bundle: Path, rel: str) -> Path:
+    """Resolve a manifest path, refusing anything that leaves the bundle."""
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts or not rel or "\\" in rel:
+        raise ManifestInvalid(f"{bundle / MANIFEST}: path {rel!r} leaves the bundle", "rebuild the bundle; never edit manifest paths")
+    full = (bundle / rel).resolve()
+    if bundle.resolve() not in full.parents:
+        raise ManifestInvalid(f"{bundle / MANIFEST}: path {rel!r} resolves outside the bundle", "rebuild the bundle")
+    return full
+
+
+def validate(data: dict, where: str = MANIFEST) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(data, schema())
+    except jsonschema.ValidationError as e:
+        loc = "/".join(str(x) for x in e.absolute_path) or "(root)"
+        raise ManifestInvalid(f"{where}: schema violation at {loc}: {e.message}", "rebuild the bundle with edge-export") from None
+
+
+def load(bundle: Path) -> dict:
+    path = Path(bundle) / MANIFEST
+    if not path.is_file():
+        raise ManifestInvalid(f"{path} is missing: {bundle} is not an edge-export bundle", "point at a bundle directory (it holds manifest.json and model.sig)")
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ManifestInvalid(f"{path} is not valid JSON ({e})", "the bundle is damaged; rebuild it") from None
+    validate(data, str(path))
+    for rel in data["files"]:
+        safe_relpath(Path(bundle), rel)
+    for comp in data["components"]:
+        for rel in [comp["entry"], *comp["files"]]:
+            safe_relpath(Path(bundle), rel)
+            if rel not in data["files"]:
+                raise ManifestInvalid(f"{path}: component {comp['name']} names {rel!r}, which the file list lacks", "rebuild the bundle")
+    return data
+
+
+def dumps(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write(bundle: Path, data: dict) -> None:
+    validate(data)
+    (Path(bundle) / MANIFEST).write_text(dumps(data))

@@ -1,0 +1,126 @@
+"""Bundle signatures in the OpenSSF model-signing format, with EC keys.
+
+The signature (`model.sig`) covers every file of the bundle, the manifest
+included, so that `model_signing verify key --signature B/model.sig
+--public_key K.pub B` accepts our bundles unchanged.
+
+Without `--key`, a local development key is created on first use under
+$EDGE_EXPORT_KEY_DIR (default ~/.config/edge-export/keys), never inside the
+repository; key material is never logged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.errors import IntegrityError, UsageError
+from exporter.hashing import sha256_bytes
+
+DEV_KEY_NAME = "dev-signing-key.pem"
+
+
+class SignatureError(IntegrityError):
+    pass
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private: Path | None
+    public: Path
+
+
+def key_dir() -> Path:
+    return Path(os.environ.get("EDGE_EXPORT_KEY_DIR") or Path.home() / ".config" / "edge-export" / "keys")
+
+
+def public_path_for(private: Path) -> Path:
+    return private.with_name(private.stem + ".pub.pem")
+
+
+def dev_key(notice=lambda msg: print(msg, file=sys.stderr)) -> KeyPair:
+    """The local development key, created (EC P-256) on first use."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    d = key_dir()
+    priv = d / DEV_KEY_NAME
+    pub = public_path_for(priv)
+    if not priv.exists():
+        d.mkdir(parents=True, exist_ok=True)
+        key = ec.generate_private_key(ec.SECP256R1())
+        fd = os.open(priv, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        notice(f"created a local development signing key at {priv} (public key {pub}); pass --key for release signing")
+    elif not pub.exists():
+        write_public_key(priv, pub)
+    return KeyPair(priv, pub)
+
+
+def write_public_key(private: Path, public: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(private.read_bytes(), password=None)
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def resolve_key(key: str | Path | None) -> KeyPair:
+    if key is None:
+        return dev_key()
+    priv = Path(key)
+    if not priv.is_file():
+        raise UsageError(f"signing key {priv} does not exist", "pass the path of an EC private key in PEM (P-256 or P-384)")
+    pub = public_path_for(priv)
+    if not pub.exists():
+        write_public_key(priv, pub)
+    return KeyPair(priv, pub)
+
+
+def public_key_fingerprint(public: Path) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_public_key(Path(public).read_bytes())
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return sha256_bytes(der)
+
+
+def _hashing_config(bundle: Path, signature: Path):
+    from model_signing import hashing
+
+    return hashing.Config().set_ignored_paths(paths=[signature], ignore_git_paths=False)
+
+
+def sign_bundle(bundle: Path, private_key: Path, signature_name: str = "model.sig") -> Path:
+    from model_signing import signing
+
+    sig = Path(bundle) / signature_name
+    signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(
+        _hashing_config(bundle, sig)
+    ).sign(Path(bundle), sig)
+    return sig
+
+
+def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.sig") -> None:
+    """Raise SignatureError unless the signature is by `public_key` and every file matches it."""
+    from model_signing import verifying
+
+    bundle = Path(bundle)
+    sig = bundle / signature_name
+    if not sig.is_file():
+        raise SignatureError(f"{sig} is missing: the bundle is unsigned", "only signed bundles may be loaded; rebuild with edge-export recipe")
+    if not Path(public_key).is_file():
+        raise UsageError(f"public key {public_key} does not exist", "pass the .pub.pem beside the signing key")
+    try:
+        verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key)).set_hashing_config(
+            _hashing_config(bundle, sig)
+        ).verify(bundle, sig)
+    except Exception as e:  # model_signing raises ValueError and crypto errors alike
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SignatureError(
+            f"{sig}: signature verification failed ({detail})",
+            "the bundle was altered after signing or signed by another key; rebuild it or use the signer's public key",
+        ) from None

@@ -1,0 +1,123 @@
+"""`tiny-lm`: an embedded Qwen3ForCausalLM-architecture recipe that synthesises its own checkpoint.
+
+The checkpoint uses the real Qwen3 tensor names and config keys, tiny dimensions
+and seeded weights, written as safetensors. Synthesis is byte-for-byte
+deterministic (numpy PCG64, fixed file layout), so the SHA-256 pins below hold on
+every machine; ``tests/test_tiny_lm.py`` proves it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
+from recipes.lm import lm_components, lm_state_layout
+
+SEED = 20261202
+
+CONFIG: dict = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_act": "silu",
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "use_sliding_window": False,
+    "torch_dtype": "float32",
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": 0,
+}
+
+CONTEXT = 256
+PREFILL = Bucket(ar=32, context=CONTEXT)
+DECODE = Bucket(ar=1, context=CONTEXT)
+
+
+def qwen3_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a Qwen3ForCausalLM checkpoint (as transformers names them)."""
+    h, i_, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh, kvh, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        shapes |= {
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (nh * hd, h),
+            p + "self_attn.k_proj.weight": (kvh * hd, h),
+            p + "self_attn.v_proj.weight": (kvh * hd, h),
+            p + "self_attn.o_proj.weight": (h, nh * hd),
+            p + "self_attn.q_norm.weight": (hd,),
+            p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (i_, h),
+            p + "mlp.up_proj.weight": (i_, h),
+            p + "mlp.down_proj.weight": (h, i_),
+        }
+    if not cfg.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (v, h)
+    return shapes
+
+
+def synthesize(directory: object, cfg: dict = CONFIG, seed: int = SEED) -> None:
+    """Write config.json and model.safetensors of a seeded checkpoint into `directory`."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    out = Path(str(directory))
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    tensors = {}
+    for name, shape in sorted(qwen3_tensor_shapes(cfg).items()):
+        if name.endswith("norm.weight"):
+            arr = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name == "model.embed_tokens.weight":
+            arr = rng.standard_normal(shape)
+        else:  # projections: unit-gain fan-in scaling gives peaked, stable logits
+            arr = rng.standard_normal(shape) / np.sqrt(shape[1])
+            if name == "lm_head.weight":
+                arr *= 4.0
+        tensors[name] = np.ascontiguousarray(arr.astype(np.float32))
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+PIN = CheckpointPin(
+    source="synthesized:tiny-lm",
+    revision=f"seed-{SEED}",
+    files={
+        "config.json": "c87b02e7316f6d60e24676d9cb8e001199ed5b00291e1dc9f11657de66b6edad",
+        "model.safetensors": "f4bf10dd8d9720fb749ceb1f55266205029a20f7ff88b006741046feca4f46aa",
+    },
+)
+
+RECIPE = Recipe(
+    name="tiny-lm",
+    family="qwen3",
+    description="tiny Qwen3ForCausalLM (2 layers, 64 wide, 512 vocab) synthesised from a seed; the embedded default",
+    architecture="Qwen3ForCausalLM",
+    pin=PIN,
+    model_config=CONFIG,
+    components=lm_components(CONFIG, [("prefill", PREFILL), ("decode", DECODE)]),
+    precisions={"cpu": ("fp32", "int8"), "qcs6490": ("w8a16",)},
+    thresholds={
+        "fp32": Thresholds(min_cosine=0.99999, min_psnr_db=80.0, max_abs=1e-3, min_token_agreement=1.0, min_greedy_prefix=40),
+        # Quantized acceptance for this synthetic model (random weights make argmax margins thin);
+        # logits span about +-15 here, so max_abs is judged against that range.
+        "int8": Thresholds(min_cosine=0.995, min_psnr_db=35.0, max_abs=1.5, min_token_agreement=0.9, min_greedy_prefix=4),
+        "w8a16": Thresholds(min_cosine=0.99, min_psnr_db=30.0, max_abs=5.0, min_token_agreement=0.9, min_greedy_prefix=4),
+    },
+    decode_steps=40,
+    state_layout=lm_state_layout(CONFIG, CONTEXT),
+    synthesize=synthesize,
+)

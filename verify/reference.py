@@ -1,0 +1,54 @@
+"""The torch reference for language-model parity: the untouched transformers model.
+
+Greedy tokens come from HF `generate`; teacher-forced logits from one full HF
+forward; per-call references from the same step graph that was exported, run
+eagerly in float on the artifact's own inputs (so a quantized artifact's drift
+in KV state does not hide or inflate a single call's error).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class LMReference:
+    def __init__(self, hf_model, step_modules: dict):
+        self.model = hf_model
+        self.steps = step_modules  # component name -> torch module (float)
+        self._gen: dict[tuple, list[int]] = {}
+
+    def generate(self, prompt: list[int], steps: int) -> list[int]:
+        import torch
+
+        key = (tuple(prompt), steps)
+        if key not in self._gen:
+            ids = torch.tensor([prompt], dtype=torch.long)
+            with torch.no_grad():
+                out = self.model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),  # explicit: never infer padding from token ids
+                    max_new_tokens=steps,
+                    min_new_tokens=steps,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
+            self._gen[key] = out[0, len(prompt) :].tolist()
+        return self._gen[key]
+
+    def teacher_logits(self, prompt: list[int], tokens: list[int]) -> list[np.ndarray]:
+        """Logits at the last prompt position and after each of tokens[:-1] (one full forward)."""
+        import torch
+
+        seq = torch.tensor([prompt + tokens[:-1]], dtype=torch.long)
+        with torch.no_grad():
+            logits = self.model(seq, attention_mask=torch.ones_like(seq)).logits[0].numpy()
+        return [logits[len(prompt) - 1 + i] for i in range(len(tokens))]
+
+    def call(self, component: str, feeds: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        import torch
+
+        mod = self.steps[component]
+        names = list(feeds)
+        with torch.no_grad():
+            outs = mod(*[torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names])
+        return {n: o.numpy() for n, o in zip(output_names, outs)}
