@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -204,7 +205,9 @@ def plan_cmd(
         con = _err_console()
         if plan.rejection:
             r = plan.rejection
-            con.print(f"[red]rejected[/red] [{r.code}] {r.reason}\n  fix: {r.fix}")
+            from rich.markup import escape
+
+            con.print(f"[red]rejected[/red] {escape(f'[{r.code}] {r.reason}')}\n  fix: {escape(r.fix)}")
         else:
             for a in plan.artifacts:
                 con.print(f"{a.graph_name}: {a.format} {a.precision}, {a.weight_bytes} weight bytes")
@@ -217,13 +220,20 @@ def main() -> None:
     import click
 
     as_json = "--json" in sys.argv
+    if as_json:
+        # native libraries (QNN) print to fd 1; keep stdout for the JSON document alone
+        real = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = os.fdopen(real, "w")
     try:
         rc = app(standalone_mode=False)
     except EdgeExportError as e:
         if as_json:
             _print_json({"error": e.message, "fix": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
         else:
-            _err_console().print(f"[red]error:[/red] {e.message}" + (f"\n  [bold]fix:[/bold] {e.hint}" if e.hint else ""), highlight=False)
+            from rich.markup import escape
+
+            _err_console().print(f"[red]error:[/red] {escape(e.message)}" + (f"\n  [bold]fix:[/bold] {escape(e.hint)}" if e.hint else ""), highlight=False)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

@@ -150,8 +150,9 @@ def stage_export(ctx: Context) -> dict[str, Path]:
     for comp in ctx.recipe.components:
         inputs = {
             "checkpoint": ctx.ckpt.digest,
-            "recipe": ctx.recipe.content_hash(),
-            "component": comp.name,
+            "architecture": ctx.recipe.architecture,
+            "model_config": ctx.recipe.model_config,
+            "component": next(c for c in _manifest_components(ctx.recipe) if c["name"] == comp.name),
             "tools": ctx.tool_subset(EXPORT_TOOLS),
             "code": code_digest(),
         }

@@ -1,0 +1,65 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.errors import IntegrityError
+from exporter.resolve import resolve
+from recipes.tiny_lm import RECIPE, synthesize
+
+
+@pytest.fixture
+def snapshot(tmp_path) -> Path:
+    d = tmp_path / "snap"
+    synthesize(d)
+    return d
+
+
+def test_pinned_snapshot_resolves_to_a_view_of_pinned_files_only(snapshot, tmp_path):
+    (snapshot / "generation_config.json").write_text("{}")  # unpinned: must not be visible
+    r = resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot)
+    assert r.pinned
+    assert sorted(p.name for p in r.directory.iterdir()) == ["config.json", "model.safetensors"]
+    assert r.files == RECIPE.pin.files
+
+
+def test_pin_mismatch_is_refused_with_file_and_digests(snapshot, tmp_path):
+    cfg = json.loads((snapshot / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-5
+    (snapshot / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(IntegrityError) as e:
+        resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot)
+    msg = str(e.value)
+    assert "config.json" in msg and RECIPE.pin.files["config.json"] in msg and "--allow-unpinned" in msg
+    assert e.value.exit_code == 5
+
+
+def test_allow_unpinned_records_the_mismatch(snapshot, tmp_path):
+    with open(snapshot / "model.safetensors", "r+b") as f:
+        f.seek(-1, 2)
+        b = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([b[0] ^ 1]))
+    r = resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot, allow_unpinned=True)
+    assert not r.pinned
+    j = r.to_json()
+    assert j["pinned"] is False and j["pin_mismatches"][0]["file"] == "model.safetensors"
+
+
+def test_missing_pinned_file_is_named(snapshot, tmp_path):
+    (snapshot / "model.safetensors").unlink()
+    with pytest.raises(IntegrityError, match="model.safetensors: pinned checkpoint file is missing"):
+        resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot)
+
+
+def test_missing_tensor_is_refused_not_initialised(snapshot, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from exporter.backends.onnx_export import load_hf_model
+
+    tensors = load_file(str(snapshot / "model.safetensors"))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(snapshot / "model.safetensors"), metadata={"format": "pt"})
+    r = resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot, allow_unpinned=True)
+    with pytest.raises(IntegrityError, match="model.layers.1.mlp.up_proj.weight"):
+        load_hf_model(r.directory, RECIPE.architecture)
