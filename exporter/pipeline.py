@@ -187,7 +187,7 @@ def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dic
     return feeds
 
 
-def stage_quantize(ctx: Context, fp32: dict[str, Path], export_keys: dict) -> tuple[dict[str, Path], dict]:
+def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path], dict]:
     from calibration.lm_data import calibration_set
 
     precision = ctx.plan.precision
@@ -393,7 +393,7 @@ def build_one(
     ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
 
     fp32 = stage_export(ctx)
-    quantized, scheme = stage_quantize(ctx, fp32, {})
+    quantized, scheme = stage_quantize(ctx, fp32)
     final = stage_compile(ctx, quantized)
     summary, placement = stage_verify(ctx, fp32, quantized, final)
 

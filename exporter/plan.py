@@ -56,7 +56,7 @@ class Plan:
 def _param_count(recipe: Recipe) -> int:
     from math import prod
 
-    from recipes.tiny_lm import qwen3_tensor_shapes
+    from recipes.lm import qwen3_tensor_shapes
 
     return sum(prod(s) for s in qwen3_tensor_shapes(recipe.model_config).values())
 

@@ -60,10 +60,9 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
     else:
         raise UsageError(f"recipe {recipe.name} needs a local checkpoint snapshot", "pass --checkpoint PATH")
 
-    for bad in sorted(src_dir.glob("*.bin")) + sorted(src_dir.glob("*.pt")) + sorted(src_dir.glob("*.pth")):
-        if bad.name not in recipe.pin.files:
-            continue
-        raise IntegrityError(f"{bad}: pickle checkpoints are refused", "convert the weights to safetensors")
+    pickled = [n for n in recipe.pin.files if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
+    if pickled:
+        raise IntegrityError(f"recipe {recipe.name} pins pickle checkpoint files {pickled}: refused", "convert the weights to safetensors")
 
     measured: dict[str, str] = {}
     mismatches: list[dict] = []

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
-from recipes.lm import lm_components, lm_state_layout
+from recipes.lm import lm_components, lm_state_layout, qwen3_tensor_shapes
 
 SEED = 20261202
 
@@ -42,31 +42,6 @@ CONFIG: dict = {
 CONTEXT = 256
 PREFILL = Bucket(ar=32, context=CONTEXT)
 DECODE = Bucket(ar=1, context=CONTEXT)
-
-
-def qwen3_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a Qwen3ForCausalLM checkpoint (as transformers names them)."""
-    h, i_, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    nh, kvh, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
-    for n in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{n}."
-        shapes |= {
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (nh * hd, h),
-            p + "self_attn.k_proj.weight": (kvh * hd, h),
-            p + "self_attn.v_proj.weight": (kvh * hd, h),
-            p + "self_attn.o_proj.weight": (h, nh * hd),
-            p + "self_attn.q_norm.weight": (hd,),
-            p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (i_, h),
-            p + "mlp.up_proj.weight": (i_, h),
-            p + "mlp.down_proj.weight": (h, i_),
-        }
-    if not cfg.get("tie_word_embeddings"):
-        shapes["lm_head.weight"] = (v, h)
-    return shapes
 
 
 def synthesize(directory: object, cfg: dict = CONFIG, seed: int = SEED) -> None:

@@ -63,3 +63,11 @@ def test_missing_tensor_is_refused_not_initialised(snapshot, tmp_path):
     r = resolve(RECIPE, tmp_path / "cache", checkpoint=snapshot, allow_unpinned=True)
     with pytest.raises(IntegrityError, match="model.layers.1.mlp.up_proj.weight"):
         load_hf_model(r.directory, RECIPE.architecture)
+
+
+def test_pickle_checkpoints_are_refused(snapshot, tmp_path):
+    from dataclasses import replace
+
+    recipe = replace(RECIPE, pin=replace(RECIPE.pin, files={"pytorch_model.bin": "0" * 64}))
+    with pytest.raises(IntegrityError, match="pickle"):
+        resolve(recipe, tmp_path / "cache", checkpoint=snapshot)
