@@ -88,18 +88,20 @@ def public_key_fingerprint(public: Path) -> str:
     return sha256_bytes(der)
 
 
-def _hashing_config(bundle: Path, signature: Path):
+def _hashing_config(signature_name: str):
+    """Hash every file but the signature; model-signing takes ignored paths relative to the bundle."""
     from model_signing import hashing
 
-    return hashing.Config().set_ignored_paths(paths=[signature], ignore_git_paths=False)
+    return hashing.Config().set_ignored_paths(paths=[signature_name], ignore_git_paths=False)
 
 
 def sign_bundle(bundle: Path, private_key: Path, signature_name: str = "model.sig") -> Path:
     from model_signing import signing
 
-    sig = Path(bundle) / signature_name
+    bundle = Path(bundle).resolve()
+    sig = bundle / signature_name
     signing.Config().use_elliptic_key_signer(private_key=private_key).set_hashing_config(
-        _hashing_config(bundle, sig)
+        _hashing_config(signature_name)
     ).sign(Path(bundle), sig)
     return sig
 
@@ -108,7 +110,7 @@ def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.s
     """Raise SignatureError unless the signature is by `public_key` and every file matches it."""
     from model_signing import verifying
 
-    bundle = Path(bundle)
+    bundle = Path(bundle).resolve()
     sig = bundle / signature_name
     if not sig.is_file():
         raise SignatureError(f"{sig} is missing: the bundle is unsigned", "only signed bundles may be loaded; rebuild with edge-export recipe")
@@ -116,7 +118,7 @@ def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.s
         raise UsageError(f"public key {public_key} does not exist", "pass the .pub.pem beside the signing key")
     try:
         verifying.Config().use_elliptic_key_verifier(public_key=Path(public_key)).set_hashing_config(
-            _hashing_config(bundle, sig)
+            _hashing_config(signature_name)
         ).verify(bundle, sig)
     except Exception as e:  # model_signing raises ValueError and crypto errors alike
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

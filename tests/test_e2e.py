@@ -158,3 +158,14 @@ def test_a_killed_run_leaves_no_finished_looking_bundle_and_resumes(tmp_path, de
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["results"][0]["status"] == "published"
     assert mf.load(bundle)["parity"]["verdict"] == "pass"
+
+
+def test_relative_output_path_as_in_the_readme(tmp_path, out_root, dev_keys):
+    """The README runs with the default relative --out; signing and verifying must not depend on cwd."""
+    exe = sys.executable.rsplit("/", 1)[0] + "/edge-export"
+    args = [exe, "recipe", "tiny-lm", "--target", "cpu", "--precision", "int8", "--out", "rel", "--cache", str(out_root / ".cache")]
+    p = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([exe, "verify", "rel/tiny-lm/cpu/int8", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["signature"] == "valid"
