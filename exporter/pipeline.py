@@ -95,6 +95,13 @@ class Context:
     _model: object = None
     _feeds: dict | None = None
 
+    def calibration(self):
+        """The one calibration set of this build: it fills the largest context bucket."""
+        from calibration.lm_data import calibration_set
+
+        context = max(c.bucket.context for c in self.recipe.components)
+        return calibration_set(self.recipe.model_config["vocab_size"], context)
+
     def tool_subset(self, names) -> dict:
         return {n: self.tools.get(n) for n in names}
 
@@ -165,12 +172,9 @@ def stage_export(ctx: Context) -> dict[str, Path]:
 
 def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dict]]:
     """Inputs of every graph along calibration sequences, produced by the float graphs."""
-    from calibration.lm_data import calibration_set
     from verify import lm_driver
 
-    cfg = ctx.recipe.model_config
-    context = max(c.bucket.context for c in ctx.recipe.components)
-    cal = calibration_set(cfg["vocab_size"], context)
+    cal = ctx.calibration()
     runners, _ = _runners(fp32, _cpu_target())
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in _manifest_components(ctx.recipe)}
     feeds: dict[str, list[dict]] = {name: [] for name in graphs}
@@ -188,15 +192,11 @@ def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dic
 
 
 def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path], dict]:
-    from calibration.lm_data import calibration_set
-
     precision = ctx.plan.precision
     method = PRECISIONS[precision].method
     if method == "float":
         return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None}
-    cfg = ctx.recipe.model_config
-    context = max(c.bucket.context for c in ctx.recipe.components)
-    cal = calibration_set(cfg["vocab_size"], context)
+    cal = ctx.calibration()
     out, info = {}, {}
     for name, src in fp32.items():
         inputs = {"source": sha256_file(src), "precision": precision, "tools": ctx.tool_subset(QUANT_TOOLS), "code": code_digest()}
@@ -276,12 +276,12 @@ def _verification_stages(ctx: Context, fp32, quantized, final) -> list[tuple[str
 
 
 def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
-    from calibration.lm_data import calibration_set, check_disjoint, evaluation_set
+    from calibration.lm_data import check_disjoint, evaluation_set
 
     cfg = ctx.recipe.model_config
     pre = next(c for c in ctx.recipe.components if c.role == "prefill")
     ev = evaluation_set(cfg["vocab_size"], pre.bucket.ar)
-    check_disjoint(calibration_set(cfg["vocab_size"], pre.bucket.context), ev)
+    check_disjoint(ctx.calibration(), ev)
     stages = _verification_stages(ctx, fp32, quantized, final)
     inputs = {
         "artifacts": {s: {n: artifact_digest(p) for n, p in paths.items()} for s, paths, _, _ in stages},
