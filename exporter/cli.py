@@ -31,6 +31,9 @@ app.add_typer(targets_app, name="targets")
 
 DEFAULT_OUT = Path("artifacts")
 JSON_OPT = typer.Option(False, "--json", help="Machine-readable JSON on stdout.")
+CONTEXT_OPT = typer.Option(None, "--context", "-c", help="Largest context bucket to build (must be one of the recipe's buckets; never shortened silently).")
+RAM_OPT = typer.Option(None, "--ram", help="Plan for this RAM SKU of the target, in GiB (one the registry lists).")
+FORMAT_OPT = typer.Option(None, "--format", "-f", help="Artifact format (default: the target's first).")
 
 
 def _err_console():
@@ -76,15 +79,24 @@ def recipe_cmd(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Use this checkpoint directory instead of the recipe's source (the pin is still checked)."),
     allow_unpinned: bool = typer.Option(False, "--allow-unpinned", help="Build even if checkpoint digests differ from the pin; the manifest records it."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Stage cache directory (default OUT/.cache)."),
+    context: Optional[int] = CONTEXT_OPT,
+    ram: Optional[float] = RAM_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     as_json: bool = JSON_OPT,
 ):
-    """Build, verify and sign the bundles of recipe NAME for one target."""
+    """Plan, then build, verify and sign the bundles of recipe NAME for one target.
+
+    The plan runs first: a rejection or a missing prerequisite is printed, recorded as
+    OUT/RECIPE/TARGET/PRECISION.record.json (where `edge-export matrix` reads it) and
+    exits 4 or 6 before any heavy work. Every outcome, success included, is recorded.
+    """
     from exporter.pipeline import build
 
     reporter = RichReporter(quiet=as_json)
     t = time.perf_counter()
-    results = build(name, target, precision, out_root=out, key=key, checkpoint=checkpoint,
-                    allow_unpinned=allow_unpinned, cache_root=cache, reporter=reporter)
+    results = build(name, target, precision, ram_gib=ram, out_root=out, key=key, checkpoint=checkpoint,
+                    allow_unpinned=allow_unpinned, cache_root=cache, reporter=reporter, context=context, fmt=fmt,
+                    command=" ".join(["edge-export", *sys.argv[1:]]))
     failed = [r for r in results if r.status == "parity-failed"]
     if as_json:
         _print_json({"results": [r.to_json() for r in results], "wall_s": round(time.perf_counter() - t, 2)})
@@ -164,11 +176,13 @@ def targets_cmd(ctx: typer.Context, as_json: bool = JSON_OPT):
         return
     from rich.table import Table
 
-    t = Table("target", "aliases", "accelerator", "execution provider", "precisions", "RAM GiB")
+    t = Table("target", "aliases", "os / abi", "accelerator", "execution provider", "formats", "precisions", "memory GiB")
     for r in rows:
         a = r["accelerator"]
-        acc = a["kind"] + (f" v{a['htp_arch']} (soc_model {a['soc_model']})" if a["htp_arch"] else "")
-        t.add_row(r["name"], ", ".join(r["aliases"]), acc, r["execution_provider"], ", ".join(r["precisions"]), f"{r['ram_bytes'] / 2**30:g}")
+        acc = a["kind"] + (f" v{a['htp_arch']}" + (f" (soc_model {a['soc_model']})" if a["soc_model"] else "") if a["htp_arch"] else "")
+        mem = f"{r['ram_bytes'] / 2**30:g} RAM" + (f" + {r['vram_bytes'] / 2**30:g} VRAM" if r["vram_bytes"] else "")
+        t.add_row(r["name"], ", ".join(r["aliases"]), f"{r['os']} / {r['abi']}", acc, r["execution_provider"],
+                  ", ".join(r["formats"]), ", ".join(r["precisions"]), mem)
     _err_console().print(t)
 
 
@@ -180,40 +194,153 @@ def targets_show(name: str = typer.Argument(..., help="Target name or alias."), 
     data = get_target(name).to_json()
     if as_json:
         _print_json(data)
-    else:
-        from rich.pretty import Pretty
+        return
+    from rich.markup import escape
+    from rich.table import Table
 
-        _err_console().print(Pretty(data))
+    src = data["sources"]
+    a = data["accelerator"]
+    rows = [
+        ("name", data["name"], ""), ("family", data["family"], ""), ("aliases", ", ".join(data["aliases"]), ""),
+        ("description", data["description"], ""), ("soc", data["soc"], ""), ("os / abi", f"{data['os']} / {data['abi']}", src.get("abi", "")),
+        ("execution provider", data["execution_provider"], ""), ("formats", ", ".join(data["formats"]), ""),
+        ("precisions", ", ".join(data["precisions"]), ""),
+    ]
+    for k in ("kind", "htp_arch", "soc_model", "float_support", "act16", "int4_weights", "weight_sharing", "per_graph_limit_bytes"):
+        v = a[k]
+        if k == "per_graph_limit_bytes" and v:
+            v = f"{v / 2**30:g} GiB"
+        rows.append((f"accelerator.{k}", str(v), src.get(k.replace("_bytes", "_gib"), src.get(k, ""))))
+    gib = lambda b: f"{b / 2**30:g} GiB" if b is not None else "shared (no separate VRAM)"
+    rows += [
+        ("RAM", gib(data["ram_bytes"]) + f"  (SKUs: {', '.join(f'{b / 2**30:g}' for b in data['ram_skus_bytes'])})", src.get("ram_gib", "")),
+        ("VRAM", gib(data["vram_bytes"]), src.get("vram_gib", "")),
+        ("OS reserved", gib(data["os_reserved_bytes"]), src.get("os_reserved_gib", "")),
+        ("runtime overhead", f"{data['runtime_overhead_bytes'] / 2**20:g} MiB", src.get("runtime_overhead_mib", "")),
+        ("plan budget", gib(data["budget_bytes"]), "VRAM if separate, else RAM less OS reserved"),
+        ("AI Hub device", str(data["hub_device"]), src.get("hub_device", "")),
+        ("AI Hub chipset", str(data["hub_chipset"]), "resolve devices by chipset attribute"),
+        ("requires on the build host", ", ".join(data["requires"]), ""),
+    ]
+    t = Table("field", "value", "source", title=f"target {data['name']} (exporter/data/targets.toml)")
+    for f, v, so in rows:
+        t.add_row(f, escape(v), escape(so))
+    _err_console().print(t)
 
 
 @app.command("plan")
 def plan_cmd(
-    name: str = typer.Argument(..., help="Recipe name."),
+    name: str = typer.Argument(..., help="Recipe name (family recipes plan even before they can be built)."),
     target: str = typer.Option(..., "--target", "-t", help="Target name or alias."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Precision to plan (default: the recipe's first for the target)."),
+    context: Optional[int] = CONTEXT_OPT,
+    ram: Optional[float] = RAM_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     as_json: bool = JSON_OPT,
 ):
-    """Print the execution plan for a recipe on a target, or its recorded rejection."""
+    """Print the explicit execution plan (artifacts, parts, memory budget) or its rejection.
+
+    Exit 0: admitted and buildable here; 4: rejected (reason code); 6: admitted, but this
+    host lacks a prerequisite (listed). Nothing is written; `edge-export recipe` records.
+    """
     from exporter.plan import make_plan
     from exporter.targets import get_target
     from recipes import get_recipe
 
-    plan = make_plan(get_recipe(name), get_target(target), precision)
+    tgt = get_target(target)
+    if ram is not None:
+        tgt = tgt.with_ram(ram)
+    plan = make_plan(get_recipe(name), tgt, precision, context, fmt, requested_target=target)
     if as_json:
         _print_json(plan.to_json())
     else:
-        con = _err_console()
-        if plan.rejection:
-            r = plan.rejection
-            from rich.markup import escape
-
-            con.print(f"[red]rejected[/red] {escape(f'[{r.code}] {r.reason}')}\n  fix: {escape(r.fix)}")
-        else:
-            for a in plan.artifacts:
-                con.print(f"{a.graph_name}: {a.format} {a.precision}, {a.weight_bytes} weight bytes")
-            con.print({k: v for k, v in plan.memory.items()})
+        _print_plan(plan)
     if plan.rejection:
         raise typer.Exit(4)
+    if plan.missing:
+        raise typer.Exit(6)
+
+
+def _print_plan(plan) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from exporter.plan import gib
+
+    con = _err_console()
+    req = plan.requested
+    resolved = f" (resolved from {req['target']!r})" if req["target"] != plan.target else ""
+    con.print(f"[bold]{plan.recipe}[/bold] on [bold]{plan.target}[/bold]{escape(resolved)}: {plan.precision}, {plan.format}"
+              + (f", context ≤ {req['context']}" if req.get("context") else "") + f"  [dim]cost model: {escape(plan.cost_source)}[/dim]")
+    if plan.artifacts:
+        t = Table("graph", "component", "ar", "context", "part", "layers", "weights")
+        for a in plan.artifacts:
+            t.add_row(a.graph_name, a.component, str(a.ar), str(a.context), f"{a.part}/{a.parts}", f"{a.layers[0]}-{a.layers[1]}", gib(a.weight_bytes))
+        con.print(t)
+    m = plan.memory
+    if m:
+        t = Table("memory", "bytes", title=f"budget: {m['budget_kind']}")
+        for k in ("nominal_language_weight_bytes", "weights_bytes", "state_bytes", "state_transition_bytes", "activations_bytes",
+                  "runtime_overhead_bytes", "loading_peak_bytes", "safety_margin_bytes", "required_bytes", "budget_bytes", "headroom_bytes"):
+            t.add_row(k.replace("_bytes", "").replace("_", " "), gib(m[k]))
+        t.add_row("weights shared between graphs", str(m["weights_shared_between_graphs"]))
+        con.print(t)
+    if plan.rejection:
+        r = plan.rejection
+        con.print(f"[red]rejected[/red] {escape(f'[{r.code}] {r.reason}')}\n  fix: {escape(r.fix)}")
+    elif plan.missing:
+        con.print("[yellow]admitted, but this host cannot build it:[/yellow]")
+        for x in plan.missing:
+            con.print(f"  - {escape(x.name)}: {escape(x.reason)}; fix: {escape(x.fix)}")
+    else:
+        con.print("[green]admitted[/green]")
+
+
+@app.command("matrix")
+def matrix_cmd(
+    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Artifacts root whose records and bundles are read."),
+    fmt: str = typer.Option("md", "--format", "-f", help="md | json | html"),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the rendering to this file instead of stdout."),
+    public_key: Optional[Path] = typer.Option(None, "--public-key", help="Signer's public key for re-checking bundles; default: the local development key."),
+):
+    """Render the 60-cell qualification matrix (5 families x 12 routes) from what is on disk."""
+    from manifests.signing import DEV_KEY_NAME, key_dir, public_path_for
+    from verify.matrix import build_matrix, render_html, render_markdown
+
+    renderers = {"md": render_markdown, "html": render_html, "json": lambda m: json.dumps(m, indent=2, sort_keys=True) + "\n"}
+    if fmt not in renderers:
+        from exporter.errors import UnknownNameError
+
+        raise UnknownNameError("format", fmt, sorted(renderers))
+    key = public_key
+    if key is None:  # the local development key, if one exists; never created here
+        pub = public_path_for(key_dir() / DEV_KEY_NAME)
+        key = pub if pub.exists() else None
+    text = renderers[fmt](build_matrix(out, key))
+    if output:
+        from exporter.atomic import write_text_atomic
+
+        write_text_atomic(output, text)
+        _err_console().print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("routes")
+def routes_cmd(as_json: bool = JSON_OPT):
+    """List the roadmap's hardware routes and the targets each deploys to."""
+    from exporter.routes import all_routes
+
+    rows = [r.to_json() for r in all_routes()]
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table("route", "title", "deployments (targets; host)")
+    for r in rows:
+        t.add_row(r["id"], r["title"], "\n".join(f"{d['name']}: {', '.join(d['targets'])}; host {d['host']}" for d in r["deployments"]))
+    _err_console().print(t)
 
 
 def main() -> None:

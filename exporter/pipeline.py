@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from exporter import versions
 from exporter.atomic import staging_dir
 from exporter.cache import StageCache
-from exporter.errors import EdgeExportError, PlanRejected
+from exporter.errors import EdgeExportError, MissingPrerequisite, PlanRejected
 from exporter.hashing import sha256_file, sha256_json
 from exporter.plan import Plan, make_plan
 from exporter.resolve import ResolvedCheckpoint, resolve
@@ -94,6 +94,7 @@ class Context:
     hits: dict = field(default_factory=dict)
     _model: object = None
     _feeds: dict | None = None
+    current: str = "resolve"  # the stage running now (named in a failure record)
 
     def calibration(self):
         """The one calibration set of this build: it fills the largest context bucket."""
@@ -120,6 +121,7 @@ class Context:
 
     @contextlib.contextmanager
     def timed(self, name: str, detail: str = ""):
+        self.current = name
         t = time.perf_counter()
         with self.reporter.stage(name, detail):
             yield
@@ -373,29 +375,70 @@ def build_one(
     allow_unpinned: bool = False,
     cache_root: Path | None = None,
     reporter: Reporter | None = None,
+    context: int | None = None,
+    fmt: str | None = None,
+    requested_target: str | None = None,
+    command: str | None = None,
 ) -> BuildResult:
-    from manifests import manifest as mf
-    from manifests.signing import public_key_fingerprint, resolve_key, sign_bundle
+    """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded."""
+    from manifests.records import write_record
 
     reporter = reporter or Reporter()
     out_root = Path(out_root)
-    cache_root = Path(cache_root) if cache_root else out_root / ".cache"
-    plan = make_plan(recipe, target, precision)
+    plan = make_plan(recipe, target, precision, context, fmt, requested_target)
+    rec = dict(plan=plan.to_json(), command=command)
     if not plan.admitted:
-        record_rejection(out_root, plan)
         r = plan.rejection
-        raise PlanRejected(f"plan rejected for {recipe.name} on {target.name} ({plan.precision}): [{r.code}] {r.reason}", r.fix)
+        path = write_record(out_root, recipe.name, target.name, plan.precision, "rejected", code=r.code, reason=r.reason, fix=r.fix, stage="plan", **rec)
+        raise PlanRejected(f"plan rejected for {recipe.name} on {target.name} ({plan.precision}): [{r.code}] {r.reason}; recorded in {path}", r.fix)
+    if plan.missing:
+        m = plan.missing
+        path = write_record(out_root, recipe.name, target.name, plan.precision, "missing-prerequisite", code="missing-prerequisite",
+                            reason="; ".join(f"{x.name}: {x.reason}" for x in m), fix="; ".join(x.fix for x in m), stage="plan", **rec)
+        raise MissingPrerequisite(
+            f"cannot build {recipe.name} for {target.name} ({plan.precision}) on this host: "
+            + "; ".join(f"{x.name}: {x.reason}" for x in m) + f"; recorded in {path}",
+            "; ".join(x.fix for x in m),
+        )
+    holder: dict = {}
+    try:
+        result = _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder)
+    except Exception as e:
+        stage = holder["ctx"].current if "ctx" in holder else "resolve"
+        hint = e.hint if isinstance(e, EdgeExportError) else "this is a bug if the inputs are valid: report it with the record"
+        write_record(out_root, recipe.name, target.name, plan.precision, "failed", code=type(e).__name__, stage=stage,
+                     reason=str(getattr(e, "message", e)).splitlines()[0][:2000], fix=hint, **rec)
+        raise
+    if result.status == "parity-failed":
+        f = result.parity["first_failure"]
+        write_record(out_root, recipe.name, target.name, plan.precision, "failed", code="parity", stage=f"verify:{f['stage']}",
+                     reason=f"{f['component']} {f['output']} {f['metric']} = {f['value']:.4g} (threshold {f['threshold']})",
+                     fix=f"inspect {result.bundle / 'parity.md'}; the first diverging stage is {f['stage']}",
+                     evidence=[str(result.bundle / "parity.md"), str(result.bundle / "parity.json")], **rec)
+    else:
+        write_record(out_root, recipe.name, target.name, plan.precision, "verified", reason=f"parity {result.parity['verdict']}, signed",
+                     evidence=[str(result.bundle / "manifest.json")], bundle=str(result.bundle), **rec)
+    return result
+
+
+def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder) -> BuildResult:
+    from manifests import manifest as mf
+    from manifests.signing import public_key_fingerprint, resolve_key, sign_bundle
+
+    cache_root = Path(cache_root) if cache_root else out_root / ".cache"
     keys = resolve_key(key)
     t0 = time.perf_counter()
     with reporter.stage("resolve", f"{recipe.name} checkpoint ({recipe.pin.source if checkpoint is None else checkpoint})"):
         ckpt = resolve(recipe, cache_root, checkpoint, allow_unpinned)
     ctx = Context(recipe, target, plan, ckpt, StageCache(cache_root), reporter, versions.tool_versions())
+    holder["ctx"] = ctx
     ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
 
     fp32 = stage_export(ctx)
     quantized, scheme = stage_quantize(ctx, fp32)
     final = stage_compile(ctx, quantized)
     summary, placement = stage_verify(ctx, fp32, quantized, final)
+    memory = stage_memory(ctx, final)
 
     bundle = out_root / recipe.name / target.name / plan.precision
     passed = summary["verdict"] == "pass"
@@ -403,7 +446,7 @@ def build_one(
     build_key = sha256_json({
         "recipe": recipe.content_hash(),
         "checkpoint": ckpt.to_json(),
-        "plan": plan.to_json(),
+        "plan": {k: v for k, v in plan.to_json().items() if k not in ("requested", "missing_prerequisites", "buildable")},
         "artifacts": {n: artifact_digest(p) for n, p in final.items()},
         "parity": summary,
         "signer": public_key_fingerprint(keys.public),
@@ -446,7 +489,8 @@ def build_one(
             "quantization": scheme,
             "evaluation": summary["evaluation"],
             "tools": ctx.tools,
-            "memory": {"estimate": plan.memory},
+            "memory": memory,
+            "verification": verification_host(target),
             "parity": {
                 "verdict": summary["verdict"],
                 "first_failure": summary["first_failure"],
@@ -474,21 +518,53 @@ def build_one(
     return BuildResult(recipe.name, target.name, plan.precision, status, dest, summary, ctx.timings, ctx.hits)
 
 
-def record_rejection(out_root: Path, plan: Plan) -> Path:
-    from exporter.atomic import write_text_atomic
-
-    path = Path(out_root) / plan.recipe / plan.target / f"{plan.precision}.rejected.json"
-    write_text_atomic(path, json.dumps({"record": "rejection", **plan.to_json()}, indent=2, sort_keys=True) + "\n")
-    return path
-
-
 def precisions_for(recipe: Recipe, target: Target, precision: str | None) -> list[str | None]:
     if precision:
         return [precision]
-    return list(recipe.precisions.get(target.name, ())) or [None]
+    return list(recipe.precisions_for(target)) or [None]
 
 
-def build(recipe_name: str, target_name: str, precision: str | None = None, **kw) -> list[BuildResult]:
+def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, **kw) -> list[BuildResult]:
     recipe = get_recipe(recipe_name)
     target = get_target(target_name)
-    return [build_one(recipe, target, p, **kw) for p in precisions_for(recipe, target, precision)]
+    if ram_gib is not None:
+        target = target.with_ram(ram_gib)
+    return [build_one(recipe, target, p, requested_target=target_name, **kw) for p in precisions_for(recipe, target, precision)]
+
+
+def host_abi() -> tuple[str, str]:
+    """(os, abi) of this host in the registry's terms."""
+    import platform
+
+    system, machine = platform.system().lower(), platform.machine().lower()
+    arch = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}.get(machine, machine)
+    if system == "windows":
+        return "windows", "win-amd64" if arch == "x86_64" else "win-arm64"
+    os_name = "wsl" if "microsoft" in platform.release().lower() else system
+    return os_name, f"{system}-{arch}"
+
+
+def verification_host(target: Target) -> dict:
+    """Where parity was measured, and whether that counts as on the target itself."""
+    os_name, abi = host_abi()
+    emulated = target.execution_provider == "QNNExecutionProvider" and not abi.endswith("aarch64") and "arm64" not in abi
+    return {
+        "host_os": os_name,
+        "host_abi": abi,
+        "emulated": emulated,
+        "on_target": (not emulated) and abi == target.abi and os_name == target.os,
+        "note": "QNN HTP x86 simulator: numerics of the compiled context, not device timing or memory" if emulated else "",
+    }
+
+
+def stage_memory(ctx: Context, final: dict[str, Path]) -> dict:
+    """Estimated (plan) and measured (fresh-process probe) memory of the final graphs."""
+    from verify.memprobe import compare, measure
+
+    inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": ctx.target.to_json(),
+              "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
+    with ctx.timed("memory", "peak resident memory of opening and running every graph"):
+        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, _manifest_components(ctx.recipe), ctx.target.to_json(), ctx.recipe.state_layout)})
+    ctx.hits["memory"] = r.hit
+    measured = r.info["measured"]
+    return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}

@@ -1,36 +1,59 @@
-"""Execution plans: what will be built for (recipe, target, precision), or a recorded rejection.
+"""Execution plans: what will be built for (recipe, target, precision, context), or a recorded rejection.
 
-A plan never substitutes: an unsupported precision, format or a request that
-does not fit is a Rejection with a reason code, not a quieter alternative.
+A plan never substitutes. An unsupported precision, format or context, a graph
+that cannot be cut under the accelerator's per-graph limit, or a model that does
+not fit the target's memory is a Rejection with a reason code, not a quieter
+alternative. What this host lacks to build an admitted plan (a tool, an execution
+provider, a backend, a recipe's export path) is listed as missing prerequisites.
+
+Rejection codes:
+  precision-unsupported  the target's accelerator cannot run the precision
+  precision-undefined    the recipe defines no such build (no parity thresholds for it)
+  format-unsupported     the target does not load that artifact format
+  context-unsupported    the recipe has no context bucket of that size
+  graph-too-large        one layer (or the embedding/head) is over the per-graph limit
+  capacity               the plan's memory does not fit the target's budget
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from exporter.prereq import Prerequisite, missing_for
+from exporter.targets import GiB, MiB, Target
+from recipes.base import PRECISIONS, Precision, Recipe
+from recipes.cost import GraphCost
 
-from exporter.targets import Target
-from recipes.base import PRECISIONS, Recipe
-
-BYTES_PER_WEIGHT = {"fp32": 4.0, "int8": 1.0, "w8a16": 1.0}
-FORMAT_FOR_PROVIDER = {"CPUExecutionProvider": "onnx", "QNNExecutionProvider": "qnn-context"}
+SAFETY_MARGIN = 0.10  # fraction added on top of the steady/loading requirement
+HOST_STAGING_OVERHEAD = 512 * MiB  # host-side runtime when the weights live in separate VRAM
 
 
 @dataclass(frozen=True)
 class Rejection:
-    code: str  # capacity | precision-unsupported | format-unsupported | graph-too-large | missing-prerequisite
+    code: str
     reason: str
     fix: str
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "reason": self.reason, "fix": self.fix}
 
 
 @dataclass(frozen=True)
 class ArtifactPlan:
     component: str
     graph_name: str
+    role: str
     ar: int
     context: int
     format: str
     precision: str
+    part: int  # 1-based
+    parts: int
+    layers: tuple[int, int]  # [start, end) of the layer stack in this part
+    weight_set: str
     weight_bytes: int
+
+    def to_json(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -39,84 +62,220 @@ class Plan:
     target: str
     precision: str
     format: str
+    requested: dict  # what was asked: target name as typed, precision, context, ram, format
     artifacts: tuple[ArtifactPlan, ...] = ()
     memory: dict = field(default_factory=dict)
     rejection: Rejection | None = None
+    missing: tuple[Prerequisite, ...] = ()
+    cost_source: str = ""
 
     @property
     def admitted(self) -> bool:
         return self.rejection is None
 
+    @property
+    def buildable(self) -> bool:
+        return self.admitted and not self.missing
+
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["admitted"] = self.admitted
-        return d
+        return {
+            "recipe": self.recipe,
+            "target": self.target,
+            "precision": self.precision,
+            "format": self.format,
+            "requested": dict(self.requested),
+            "admitted": self.admitted,
+            "buildable": self.buildable,
+            "rejection": self.rejection.to_json() if self.rejection else None,
+            "missing_prerequisites": [m.to_json() for m in self.missing],
+            "artifacts": [a.to_json() for a in self.artifacts],
+            "memory": dict(self.memory),
+            "cost_source": self.cost_source,
+        }
 
 
-def _param_count(recipe: Recipe) -> int:
-    from math import prod
-
-    from recipes.lm import qwen3_tensor_shapes
-
-    return sum(prod(s) for s in qwen3_tensor_shapes(recipe.model_config).values())
+def gib(n: int | float) -> str:
+    return f"{n / GiB:.2f} GiB"
 
 
-def make_plan(recipe: Recipe, target: Target, precision: str | None = None) -> Plan:
-    offered = recipe.precisions.get(target.name, ())
-    fmt = FORMAT_FOR_PROVIDER.get(target.execution_provider, target.formats[0])
+def _split_parts(g: GraphCost, bpw: float, limit: int | None) -> list[tuple[tuple[int, int], int]] | Rejection:
+    """Layer-range parts of one graph, each at most `limit` weight bytes: [((start, end), bytes)]."""
+    n = len(g.layer_params)
+    total = int(g.params * bpw)
+    if limit is None or total <= limit:
+        return [((0, n), total)]
+    chunks = [("pre", g.pre_params)] + [(i, p) for i, p in enumerate(g.layer_params)] + [("post", g.post_params)]
+    for label, p in chunks:
+        if p * bpw > limit:
+            what = "the embedding" if label == "pre" else "the final norm and head" if label == "post" else f"layer {label}"
+            return Rejection("graph-too-large", f"{g.graph_name}: {what} alone holds {gib(p * bpw)}, over the per-graph limit {gib(limit)}",
+                             "split that tensor (e.g. a vocabulary-sharded head) in the recipe; a part cannot be cut smaller than one layer")
+    parts: list[list] = []
+    cur: list = []
+    cur_bytes = 0.0
+    for label, p in chunks:
+        b = p * bpw
+        if cur and cur_bytes + b > limit:
+            parts.append(cur)
+            cur, cur_bytes = [], 0.0
+        cur.append((label, b))
+        cur_bytes += b
+    parts.append(cur)
+    out = []
+    for part in parts:
+        idx = [lbl for lbl, _ in part if isinstance(lbl, int)]
+        if idx:
+            rng = (min(idx), max(idx) + 1)
+        else:  # a part of only the embedding or only the head
+            rng = (0, 0) if part[0][0] == "pre" else (n, n)
+        out.append((rng, int(sum(b for _, b in part))))
+    return out
+
+
+def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[GraphCost], artifacts: list[ArtifactPlan]) -> dict:
+    bpw = precision.bytes_per_weight
+    act_bytes = precision.act_bits // 8
+    shared = target.accelerator.weight_sharing and recipe.cost.shares_weights
+    if shared:
+        per_set: dict[str, int] = {}
+        for a in artifacts:
+            key = (a.weight_set, a.part, a.layers)
+            per_set[str(key)] = max(per_set.get(str(key), 0), a.weight_bytes)
+        weights = sum(per_set.values())
+    else:
+        weights = sum(a.weight_bytes for a in artifacts)
+    seen_sets: dict[str, int] = {}
+    for g in graphs:
+        seen_sets.setdefault(g.weight_set, g.params)
+    nominal_params = sum(seen_sets.values())
+    lang = sum(p for s, p in seen_sets.items() if s in recipe.cost.language_weight_sets)
+    nominal = {
+        "parameters": nominal_params,
+        "nominal_weight_bytes": int(nominal_params * precision.weight_bits / 8),
+        "language_parameters": lang,
+        "nominal_language_weight_bytes": int(lang * precision.weight_bits / 8),
+    }
+    contexts = sorted({g.bucket.context for g in graphs if g.role in ("prefill", "decode")})
+    state_by_ctx = {c: sum(s.bytes_at(c, act_bytes) for s in recipe.cost.states) for c in contexts}
+    state = max(state_by_ctx.values(), default=0)
+    transition = max((state_by_ctx[a] + state_by_ctx[b] for a, b in zip(contexts, contexts[1:])), default=state)
+    activations = max(
+        ((g.bucket.ar * g.act_elems_per_token + g.bucket.ar * g.score_heads * g.bucket.context) * act_bytes for g in graphs),
+        default=0,
+    )
+    largest = max((a.weight_bytes for a in artifacts), default=0)
+    # shared RAM: the graph being deserialised is held twice for a moment; separate VRAM: the
+    # host stages it and the device receives only the final copy
+    loading_peak = weights if target.vram_bytes is not None else weights + largest
+    runtime = target.runtime_overhead_bytes
+    steady = weights + max(state, transition) + activations + runtime
+    loading = loading_peak + runtime
+    base = max(steady, loading)
+    margin = int(base * SAFETY_MARGIN)
+    required = base + margin
+    mem = {
+        "weights_bytes": weights,
+        "weights_shared_between_graphs": shared,
+        "weight_bytes_per_parameter": bpw,
+        **nominal,
+        "state_bytes_by_context": {str(c): b for c, b in state_by_ctx.items()},
+        "state_bytes": state,
+        "state_transition_bytes": transition,
+        "activations_bytes": activations,
+        "runtime_overhead_bytes": runtime,
+        "loading_peak_bytes": loading_peak,
+        "steady_bytes": steady,
+        "safety_margin_bytes": margin,
+        "required_bytes": required,
+        "budget_kind": "vram" if target.vram_bytes is not None else "shared-ram",
+        "budget_bytes": target.budget_bytes,
+        "ram_bytes": target.ram_bytes,
+        "os_reserved_bytes": target.os_reserved_bytes,
+        "headroom_bytes": target.budget_bytes - required,
+    }
+    if target.vram_bytes is not None:
+        host = largest + HOST_STAGING_OVERHEAD
+        mem |= {"host_required_bytes": host, "host_budget_bytes": target.host_budget_bytes}
+    return mem
+
+
+def make_plan(
+    recipe: Recipe,
+    target: Target,
+    precision: str | None = None,
+    context: int | None = None,
+    fmt: str | None = None,
+    requested_target: str | None = None,
+) -> Plan:
+    from exporter.errors import UnknownNameError
+
+    offered = recipe.precisions_for(target)
     wanted = precision or (offered[0] if offered else (target.precisions[0] if target.precisions else "fp32"))
-
-    def reject(code: str, reason: str, fix: str) -> Plan:
-        return Plan(recipe.name, target.name, wanted, fmt, rejection=Rejection(code, reason, fix))
-
     if wanted not in PRECISIONS:
-        return reject("precision-unsupported", f"precision {wanted!r} is not a known scheme", f"choose one of {sorted(PRECISIONS)}")
+        raise UnknownNameError("precision", wanted, sorted(PRECISIONS))
+    fmt = fmt or target.formats[0]
+    requested = {"target": requested_target or target.name, "precision": precision, "context": context, "format": fmt, "ram_bytes": target.ram_bytes}
+    head = dict(recipe=recipe.name, target=target.name, precision=wanted, format=fmt, requested=requested, cost_source=recipe.cost.source)
+
+    def reject(code: str, reason: str, fix: str, **kw) -> Plan:
+        return Plan(**head, rejection=Rejection(code, reason, fix), **kw)
+
+    acc = target.accelerator
+    p = PRECISIONS[wanted]
     if wanted not in target.precisions:
+        why = ""
+        if acc.kind == "htp" and not acc.float_support and p.method in ("float", "fp16-convert"):
+            why = f"; HTP v{acc.htp_arch} has no float path"
+        elif p.weight_bits == 4 and not acc.int4_weights:
+            why = f"; {acc.kind}{f' v{acc.htp_arch}' if acc.htp_arch else ''} has no 4-bit weight path"
         return reject(
             "precision-unsupported",
-            f"target {target.name} ({target.accelerator.kind}) does not run {wanted}; it accepts {list(target.precisions)}",
-            f"ask for one of {list(target.precisions)}, or choose another target",
+            f"target {target.name} does not run {wanted}{why}; it accepts {list(target.precisions)}",
+            f"ask for one of {list(target.precisions)} explicitly, or choose another target; no other precision is substituted",
         )
     if wanted not in offered:
         return reject(
-            "precision-unsupported",
-            f"recipe {recipe.name} defines no {wanted} build for {target.name} (it defines {list(offered) or 'none'})",
-            "add the precision and its parity thresholds to the recipe",
+            "precision-undefined",
+            f"recipe {recipe.name} defines no {wanted} build for {target.name} (it defines {list(offered) or 'none'} there)",
+            "add the precision, its parity thresholds and its target to the recipe",
         )
     if fmt not in target.formats:
-        return reject("format-unsupported", f"target {target.name} does not accept {fmt}", f"formats accepted: {list(target.formats)}")
+        return reject("format-unsupported", f"target {target.name} does not load {fmt}", f"formats it loads: {list(target.formats)}")
 
-    params = _param_count(recipe)
-    per_graph = int(params * BYTES_PER_WEIGHT[wanted])
-    cfg = recipe.model_config
-    artifacts = tuple(
-        ArtifactPlan(c.name, c.graph_name, c.bucket.ar, c.bucket.context, fmt, wanted, per_graph) for c in recipe.components
-    )
-    shared = target.accelerator.weight_sharing
-    weights = per_graph if shared else per_graph * len(artifacts)
-    ctx = max(c.bucket.context for c in recipe.components)
-    kv = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * ctx * cfg["head_dim"] * 4
-    ar = max(c.bucket.ar for c in recipe.components)
-    activations = ar * (cfg["vocab_size"] + 4 * cfg["intermediate_size"] + ctx * cfg["num_attention_heads"]) * 4
-    runtime = 64 << 20
-    subtotal = weights + kv + activations + runtime
-    margin = subtotal // 5
-    memory = {
-        "weights_bytes": weights,
-        "weights_counted_per_graph": not shared,
-        "kv_bytes": kv,
-        "activations_bytes": activations,
-        "runtime_overhead_bytes": runtime,
-        "loading_peak_bytes": weights + per_graph,
-        "safety_margin_bytes": margin,
-        "total_bytes": subtotal + margin,
-        "budget_bytes": target.ram_bytes,
-    }
-    limit = target.accelerator.per_graph_limit_bytes
-    if limit is not None and per_graph > limit:
-        return Plan(recipe.name, target.name, wanted, fmt, artifacts, memory,
-                    Rejection("graph-too-large", f"each graph holds {per_graph} weight bytes, over the per-graph limit {limit}", "split the graph by layer range"))
-    if memory["total_bytes"] > target.ram_bytes:
-        return Plan(recipe.name, target.name, wanted, fmt, artifacts, memory,
-                    Rejection("capacity", f"needs {memory['total_bytes']} bytes, the target has {target.ram_bytes}", "choose a target with more memory; no smaller model is substituted"))
-    return Plan(recipe.name, target.name, wanted, fmt, artifacts, memory)
+    graphs = list(recipe.cost.graphs)
+    contexts = recipe.cost.contexts()
+    if context is not None:
+        if context not in contexts:
+            return reject(
+                "context-unsupported",
+                f"recipe {recipe.name} has context buckets {contexts}; {context} is not one of them",
+                f"ask for one of {contexts}; a shorter context is never substituted",
+            )
+        graphs = [g for g in graphs if g.role not in ("prefill", "decode") or g.bucket.context <= context]
+
+    bpw = p.bytes_per_weight
+    artifacts: list[ArtifactPlan] = []
+    for g in graphs:
+        parts = _split_parts(g, bpw, acc.per_graph_limit_bytes)
+        if isinstance(parts, Rejection):
+            return Plan(**head, rejection=parts)
+        for k, (rng, nbytes) in enumerate(parts, 1):
+            name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
+            artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
+    memory = _memory(recipe, target, p, graphs, artifacts)
+    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked))
+    kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing)
+    if memory["required_bytes"] > memory["budget_bytes"]:
+        return reject(
+            "capacity",
+            f"{recipe.name} {wanted} needs {gib(memory['required_bytes'])} (weights {gib(memory['weights_bytes'])}, "
+            f"state {gib(max(memory['state_bytes'], memory['state_transition_bytes']))}, loading peak {gib(memory['loading_peak_bytes'])}, "
+            f"margin {gib(memory['safety_margin_bytes'])}); {target.name} has {gib(memory['budget_bytes'])} "
+            f"({memory['budget_kind']}: {gib(target.vram_bytes or target.ram_bytes)} less {gib(0 if target.vram_bytes else target.os_reserved_bytes)} for the OS)",
+            "choose a target (or --ram SKU) with more memory, or a recipe variant with a smaller checkpoint; no smaller model, precision or context is substituted",
+            **kw,
+        )
+    if "host_required_bytes" in memory and memory["host_required_bytes"] > memory["host_budget_bytes"]:
+        return reject("capacity", f"host staging needs {gib(memory['host_required_bytes'])}; the host has {gib(memory['host_budget_bytes'])}",
+                      "choose a host with more RAM", **kw)
+    return Plan(**head, **kw)

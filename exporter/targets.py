@@ -1,130 +1,198 @@
-"""Target registry: device profiles keyed by capability, in one reviewable table.
+"""Target registry: device profiles keyed by capability.
 
-Each fact carries its source. Issue #3 extends this table to every route of the
-roadmap; the shape of a Target stays the same.
+The facts live in one reviewable file, ``exporter/data/targets.toml``, each with
+its source; this module only types and looks them up. Torch-free and cheap.
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 
 from exporter.errors import UnknownNameError
 
 GiB = 1 << 30
+MiB = 1 << 20
 
 
 @dataclass(frozen=True)
 class Accelerator:
-    kind: str  # "cpu" | "htp"
+    kind: str  # cpu | htp | cuda | gpu | vitisai
     htp_arch: int | None = None
     soc_model: int | None = None
-    float_support: bool = True
-    act16: bool = True
+    float_support: bool = True  # a float (fp16/fp32) path exists on the accelerator
+    act16: bool = True  # 16-bit activations
     int4_weights: bool = False
-    weight_sharing: bool = False
+    weight_sharing: bool = False  # graphs of one model may share one weight copy
     per_graph_limit_bytes: int | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "htp_arch": self.htp_arch,
+            "soc_model": self.soc_model,
+            "float_support": self.float_support,
+            "act16": self.act16,
+            "int4_weights": self.int4_weights,
+            "weight_sharing": self.weight_sharing,
+            "per_graph_limit_bytes": self.per_graph_limit_bytes,
+        }
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
+    family: str
     description: str
     soc: str
-    os: str
+    os: str  # linux | wsl | windows | android
+    abi: str
     accelerator: Accelerator
     execution_provider: str  # the ONNX Runtime EP that must run every node
     formats: tuple[str, ...]
     precisions: tuple[str, ...]
     ram_bytes: int
+    ram_skus_bytes: tuple[int, ...] = ()
+    vram_bytes: int | None = None  # separate device memory (discrete GPU); None = shared RAM
+    os_reserved_bytes: int = 0
+    runtime_overhead_bytes: int = 0
     aliases: tuple[str, ...] = ()
+    default_variant: bool = False
     hub_device: str | None = None
     hub_chipset: str | None = None
+    requires: tuple[str, ...] = ()  # "module:<python module>" | "provider:<ORT EP name>"
     sources: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def budget_bytes(self) -> int:
+        """Memory the artifacts may use: device VRAM if separate, else RAM less the OS's share."""
+        return self.vram_bytes if self.vram_bytes is not None else self.ram_bytes - self.os_reserved_bytes
+
+    @property
+    def host_budget_bytes(self) -> int:
+        return self.ram_bytes - self.os_reserved_bytes
+
+    def with_ram(self, gib: float) -> "Target":
+        """The same target with another RAM SKU (only one the registry lists)."""
+        from dataclasses import replace
+
+        want = int(round(gib * GiB))
+        if want not in self.ram_skus_bytes:
+            from exporter.errors import UsageError
+
+            skus = ", ".join(f"{b / GiB:g}" for b in self.ram_skus_bytes)
+            raise UsageError(f"target {self.name} has no {gib:g} GiB RAM SKU", f"choose --ram from: {skus} (add a SKU to exporter/data/targets.toml with its source)")
+        return replace(self, ram_bytes=want)
+
     def to_json(self) -> dict:
-        a = self.accelerator
         return {
             "name": self.name,
+            "family": self.family,
             "aliases": list(self.aliases),
             "description": self.description,
             "soc": self.soc,
             "os": self.os,
-            "accelerator": {
-                "kind": a.kind,
-                "htp_arch": a.htp_arch,
-                "soc_model": a.soc_model,
-                "float_support": a.float_support,
-                "act16": a.act16,
-                "int4_weights": a.int4_weights,
-                "weight_sharing": a.weight_sharing,
-                "per_graph_limit_bytes": a.per_graph_limit_bytes,
-            },
+            "abi": self.abi,
+            "accelerator": self.accelerator.to_json(),
             "execution_provider": self.execution_provider,
             "formats": list(self.formats),
             "precisions": list(self.precisions),
             "ram_bytes": self.ram_bytes,
+            "ram_skus_bytes": list(self.ram_skus_bytes),
+            "vram_bytes": self.vram_bytes,
+            "os_reserved_bytes": self.os_reserved_bytes,
+            "runtime_overhead_bytes": self.runtime_overhead_bytes,
+            "budget_bytes": self.budget_bytes,
             "hub_device": self.hub_device,
             "hub_chipset": self.hub_chipset,
+            "requires": list(self.requires),
             "sources": dict(self.sources),
         }
 
 
-TARGETS: tuple[Target, ...] = (
-    Target(
-        name="cpu",
-        aliases=("cpu-x86", "x86-64"),
-        description="x86-64 host CPU through ONNX Runtime's CPU execution provider",
-        soc="x86-64",
-        os="linux",
-        accelerator=Accelerator(kind="cpu", float_support=True, act16=True, int4_weights=True),
-        execution_provider="CPUExecutionProvider",
-        formats=("onnx",),
-        precisions=("fp32", "int8"),
-        ram_bytes=16 * GiB,
-        sources={"ram_bytes": "nominal development host; the plan uses it as the budget"},
-    ),
-    Target(
-        name="qcs6490",
-        aliases=("rb3-gen2", "rb3"),
-        description="Qualcomm QCS6490 (RB3 Gen 2): Hexagon HTP v68, integer only",
-        soc="QCS6490",
-        os="linux",
+def _gib(x) -> int:
+    return int(round(float(x) * GiB))
+
+
+def _target(d: dict) -> Target:
+    a = d["accelerator"]
+    limit = a.get("per_graph_limit_gib")
+    return Target(
+        name=d["name"],
+        family=d["family"],
+        description=d["description"],
+        soc=d["soc"],
+        os=d["os"],
+        abi=d["abi"],
         accelerator=Accelerator(
-            kind="htp",
-            htp_arch=68,
-            soc_model=35,
-            float_support=False,
-            act16=True,
-            int4_weights=False,
-            weight_sharing=False,
-            per_graph_limit_bytes=2 * GiB,
+            kind=a["kind"],
+            htp_arch=a.get("htp_arch"),
+            soc_model=a.get("soc_model"),
+            float_support=a["float_support"],
+            act16=a["act16"],
+            int4_weights=a["int4_weights"],
+            weight_sharing=a["weight_sharing"],
+            per_graph_limit_bytes=_gib(limit) if limit is not None else None,
         ),
-        execution_provider="QNNExecutionProvider",
-        formats=("qnn-context",),
-        precisions=("w8a16",),
-        ram_bytes=6 * GiB,
-        hub_device="Dragonwing RB3 Gen 2 Vision Kit",
-        hub_chipset="qualcomm-qcs6490",
-        sources={
-            "htp_arch": "Qualcomm AI Hub device attributes (hexagon:v68)",
-            "soc_model": "AI Hub compile jobs for QCS6490 use soc_model 35 (ExecuTorch lists QCM6490 as 93)",
-            "float_support": "HTP v68 has no float path; fp16 graphs fail (measured, DESIGN.md)",
-            "act16": "uint16 activations with uint8 weights run on the v68 simulator (measured)",
-            "per_graph_limit_bytes": "about 2 GB per compiled HTP graph (public QNN guidance)",
-            "ram_bytes": "RB3 Gen 2 Vision Kit: 6 GB LPDDR5",
-        },
-    ),
-)
+        execution_provider=d["execution_provider"],
+        formats=tuple(d["formats"]),
+        precisions=tuple(d["precisions"]),
+        ram_bytes=_gib(d["ram_gib"]),
+        ram_skus_bytes=tuple(_gib(x) for x in d.get("ram_skus_gib", [d["ram_gib"]])),
+        vram_bytes=_gib(d["vram_gib"]) if "vram_gib" in d else None,
+        os_reserved_bytes=_gib(d.get("os_reserved_gib", 0)),
+        runtime_overhead_bytes=int(d.get("runtime_overhead_mib", 0)) * MiB,
+        aliases=tuple(d.get("aliases", ())),
+        default_variant=bool(d.get("default", False)),
+        hub_device=d.get("hub_device"),
+        hub_chipset=d.get("hub_chipset"),
+        requires=tuple(d.get("requires", ())),
+        sources=dict(d.get("sources", {})),
+    )
 
 
+@lru_cache(maxsize=1)
 def all_targets() -> tuple[Target, ...]:
-    return TARGETS
+    text = resources.files("exporter").joinpath("data/targets.toml").read_text()
+    targets = tuple(_target(d) for d in tomllib.loads(text)["target"])
+    _check_unique(targets)
+    return targets
+
+
+def _check_unique(targets: tuple[Target, ...]) -> None:
+    seen: dict[str, str] = {}
+    for t in targets:
+        keys = [t.name, *t.aliases] + ([t.family] if t.default_variant and t.family != t.name else [])
+        for k in keys:
+            if k in seen:
+                raise ValueError(f"exporter/data/targets.toml: name {k!r} is used by {seen[k]} and {t.name}")
+            seen[k] = t.name
+
+
+def _index() -> dict[str, Target]:
+    idx: dict[str, Target] = {}
+    for t in all_targets():
+        idx[t.name] = t
+        for a in t.aliases:
+            idx[a] = t
+        if t.default_variant:
+            idx.setdefault(t.family, t)
+    return idx
+
+
+def known_names() -> list[str]:
+    return sorted(_index())
 
 
 def get_target(name: str) -> Target:
     key = name.strip().lower()
-    for t in TARGETS:
-        if key == t.name or key in t.aliases:
-            return t
-    known = [t.name for t in TARGETS] + [a for t in TARGETS for a in t.aliases]
-    raise UnknownNameError("target", name, known)
+    t = _index().get(key)
+    if t is None:
+        raise UnknownNameError("target", name, known_names())
+    return t
+
+
+def variants(family: str) -> list[Target]:
+    return [t for t in all_targets() if t.family == family]

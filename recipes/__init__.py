@@ -9,7 +9,16 @@ from exporter.errors import UnknownNameError
 # name -> module; kept as names so listing recipes imports nothing heavy
 REGISTRY: dict[str, str] = {
     "tiny-lm": "recipes.tiny_lm",
+    # the roadmap's five families; plan-only until their issues add a pin and exporter
+    "spark": "recipes.spark",
+    "qwen3-tts": "recipes.qwen3_tts",
+    "minicpm-o": "recipes.minicpm_o",
+    "internvla-a1": "recipes.internvla_a1",
+    "qwen3.8-27b": "recipes.qwen3_8_27b",
 }
+
+# the matrix rows, in the roadmap's order
+FAMILIES = ("spark", "qwen3-tts", "minicpm-o", "internvla-a1", "qwen3.8-27b")
 
 DEFAULT_RECIPE = "tiny-lm"
 

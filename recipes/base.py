@@ -6,7 +6,10 @@ Nothing here imports torch: plans, manifests and the gate read these.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from recipes.cost import CostModel
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,20 @@ class Precision:
     name: str
     weights: str
     activations: str
-    method: str  # "float" | "ort-dynamic" | "ort-qdq-static"
+    method: str  # how it is produced; see IMPLEMENTED_METHODS for what the exporter builds today
     description: str
+    weight_bits: int
+    act_bits: int  # width of activations and state buffers at run time
+    group_size: int | None = None  # block-quantized weights: one fp16 scale per group
+
+    @property
+    def bytes_per_weight(self) -> float:
+        scale = 16 / self.group_size if self.group_size else 0.0
+        return (self.weight_bits + scale) / 8
+
+    @property
+    def implemented(self) -> bool:
+        return self.method in IMPLEMENTED_METHODS
 
 
 @dataclass(frozen=True)
@@ -92,15 +107,25 @@ class Recipe:
     family: str
     description: str
     architecture: str
-    pin: CheckpointPin
+    pin: CheckpointPin | None
     model_config: dict
     components: tuple[Component, ...]
-    # target name -> precisions built there by default (first is the default)
+    # target name, target family or accelerator kind -> precisions built there (first is the default)
     precisions: dict[str, tuple[str, ...]]
     thresholds: dict[str, Thresholds]
     decode_steps: int
     state_layout: dict
+    cost: "CostModel"
+    # why this recipe cannot be built yet (a plan-only family); None when it builds
+    blocked: str | None = None
     synthesize: Callable[[object], None] | None = field(default=None, compare=False)
+
+    def precisions_for(self, target) -> tuple[str, ...]:
+        """Precisions defined for `target`: by exact name, then target family, then accelerator kind."""
+        for key in (target.name, target.family, target.accelerator.kind):
+            if key in self.precisions:
+                return self.precisions[key]
+        return ()
 
     def component(self, name: str) -> Component:
         from exporter.errors import UnknownNameError
@@ -116,7 +141,7 @@ class Recipe:
             "name": self.name,
             "family": self.family,
             "architecture": self.architecture,
-            "pin": {"source": self.pin.source, "revision": self.pin.revision, "files": dict(self.pin.files)},
+            "pin": {"source": self.pin.source, "revision": self.pin.revision, "files": dict(self.pin.files)} if self.pin else None,
             "model_config": self.model_config,
             "components": [
                 {
@@ -141,23 +166,40 @@ class Recipe:
         return sha256_json(self.to_json())
 
 
+IMPLEMENTED_METHODS = frozenset({"float", "ort-dynamic", "ort-qdq-static"})
+
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
-        Precision("fp32", "float32", "float32", "float", "unquantized float32 graph"),
+        Precision("fp32", "float32", "float32", "float", "unquantized float32 graph", 32, 32),
+        Precision("fp16", "float16", "float16", "fp16-convert", "float16 graph (GPU, HTP v73+ fp16 path)", 16, 16),
+        Precision("bf16", "bfloat16", "bfloat16", "quark-bf16", "bfloat16 (AMD Quark BF16 preset, Ryzen AI NPU)", 16, 16),
         Precision(
-            "int8",
-            "int8 per-channel (symmetric)",
-            "uint8 dynamic (per call)",
-            "ort-dynamic",
-            "ONNX Runtime dynamic quantization (MatMulInteger); CPU execution providers",
+            "int8", "int8 per-channel (symmetric)", "uint8 dynamic (per call)", "ort-dynamic",
+            "ONNX Runtime dynamic quantization (MatMulInteger); CPU execution providers", 8, 32,
         ),
         Precision(
-            "w8a16",
-            "uint8 per-tensor (asymmetric)",
-            "uint16 static (calibrated)",
-            "ort-qdq-static",
-            "calibrated QDQ: uint8 weights, uint16 activations; the integer path of Qualcomm HTP",
+            "int4", "int4 blocks of 128 (symmetric, fp16 scales)", "float (unchanged)", "nncf-int4",
+            "weight-only 4-bit (MatMulNBits); CPU, CUDA and DirectML", 4, 32, 128,
+        ),
+        Precision("w8a8", "uint8 per-tensor", "uint8 static (calibrated)", "ort-qdq-static-a8", "calibrated QDQ, 8-bit weights and activations", 8, 8),
+        Precision(
+            "w8a16", "uint8 per-tensor (asymmetric)", "uint16 static (calibrated)", "ort-qdq-static",
+            "calibrated QDQ: uint8 weights, uint16 activations; the integer path of Qualcomm HTP", 8, 16,
+        ),
+        Precision(
+            "w4a16", "int4 blocks of 64 (per-block scales)", "uint16 static (calibrated)", "qnn-lpbq",
+            "4-bit block-quantized weights, 16-bit activations (HTP v73+)", 4, 16, 64,
         ),
     )
 }
+
+
+def plan_only(name: str, family: str, description: str, architecture: str, config: dict,
+              precisions: dict[str, tuple[str, ...]], cost: "CostModel", blocked: str) -> Recipe:
+    """A family recipe that can be planned (capacity, parts, precision) but not built yet."""
+    return Recipe(
+        name=name, family=family, description=description, architecture=architecture, pin=None,
+        model_config=config, components=(), precisions=precisions, thresholds={}, decode_steps=0,
+        state_layout={}, cost=cost, blocked=blocked,
+    )

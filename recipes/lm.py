@@ -64,28 +64,3 @@ def lm_state_layout(config: dict, context: int) -> dict:
         "reset": "set n_past = 0; buffer contents need not be cleared (masked)",
         "cancellation": "drop the new_* rows of the cancelled call without writing them; n_past is unchanged",
     }
-
-
-def qwen3_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a Qwen3ForCausalLM checkpoint (as transformers names them)."""
-    h, i_, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    nh, kvh, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
-    for n in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{n}."
-        shapes |= {
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (nh * hd, h),
-            p + "self_attn.k_proj.weight": (kvh * hd, h),
-            p + "self_attn.v_proj.weight": (kvh * hd, h),
-            p + "self_attn.o_proj.weight": (h, nh * hd),
-            p + "self_attn.q_norm.weight": (hd,),
-            p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (i_, h),
-            p + "mlp.up_proj.weight": (i_, h),
-            p + "mlp.down_proj.weight": (h, i_),
-        }
-    if not cfg.get("tie_word_embeddings"):
-        shapes["lm_head.weight"] = (v, h)
-    return shapes

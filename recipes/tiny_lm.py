@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 
 from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
-from recipes.lm import lm_components, lm_state_layout, qwen3_tensor_shapes
+from recipes.cost import CostModel, decoder_graphs, kv_state
+from recipes.lm import lm_components, lm_state_layout
+from recipes.shapes import qwen3_tensor_shapes
 
 SEED = 20261202
 
@@ -84,7 +86,8 @@ RECIPE = Recipe(
     pin=PIN,
     model_config=CONFIG,
     components=lm_components(CONFIG, [("prefill", PREFILL), ("decode", DECODE)]),
-    precisions={"cpu": ("fp32", "int8"), "qcs6490": ("w8a16",)},
+    # by accelerator kind: every CPU target, every HTP target (integer path); fp32 on CUDA
+    precisions={"cpu": ("fp32", "int8"), "htp": ("w8a16",), "cuda": ("fp32",), "gpu": ("fp16",), "vitisai": ("w8a16",)},
     thresholds={
         "fp32": Thresholds(min_cosine=0.99999, min_psnr_db=80.0, max_abs=1e-3, min_token_agreement=1.0, min_greedy_prefix=40),
         # Quantized acceptance for this synthetic model (random weights make argmax margins thin);
@@ -94,5 +97,13 @@ RECIPE = Recipe(
     },
     decode_steps=40,
     state_layout=lm_state_layout(CONFIG, CONTEXT),
+    cost=CostModel(
+        graphs=decoder_graphs(qwen3_tensor_shapes(CONFIG), CONFIG, [("prefill", PREFILL), ("decode", DECODE)], "tiny-lm"),
+        # the graphs exchange KV as float32 tensors, so the runtime's buffers are float32 whatever the weights
+        states=(kv_state("kv", CONFIG["num_hidden_layers"], CONFIG["num_key_value_heads"], CONFIG["head_dim"], dtype_bytes=4),),
+        source="exact: recipes/shapes.py qwen3_tensor_shapes of the synthesised config",
+        language_weight_sets=("tiny-lm",),
+        shares_weights=False,
+    ),
     synthesize=synthesize,
 )

@@ -11,7 +11,7 @@ def test_help_is_fast_and_imports_no_heavy_module():
 
 
 def test_every_command_has_help():
-    for cmd in (["recipe"], ["verify"], ["recipes"], ["targets"], ["targets", "show"], ["plan"]):
+    for cmd in (["recipe"], ["verify"], ["recipes"], ["targets"], ["targets", "show"], ["plan"], ["matrix"], ["routes"]):
         p = subprocess.run([sys.executable, "-m", "exporter", *cmd, "--help"], capture_output=True, text=True)
         assert p.returncode == 0, (cmd, p.stderr)
         assert "Usage" in p.stdout

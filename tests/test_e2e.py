@@ -78,7 +78,7 @@ def test_gate_opens_a_session_that_runs_on_qnn(built, dev_keys):
 def test_gate_refuses_the_wrong_target(built, dev_keys):
     from verify import gate
 
-    with pytest.raises(gate.TargetMismatch, match="built for target 'qcs6490', not 'cpu'"):
+    with pytest.raises(gate.TargetMismatch, match="built for target 'qcs6490', not 'cpu-x86-linux'"):
         gate.check_bundle(built[("qcs6490", "w8a16")].bundle, dev_keys.public, target="cpu")
 
 
@@ -115,8 +115,8 @@ def test_parity_failure_publishes_nothing_and_names_the_stage(built, out_root):
     assert r.status == "parity-failed"
     f = r.parity["first_failure"]
     assert (f["stage"], f["metric"]) == ("quantized", "cosine") and f["component"] in ("prefill", "decode")
-    assert not (out / "tiny-lm" / "cpu" / "int8").exists()
-    failed = out / "tiny-lm" / "cpu" / "int8.failed"
+    assert not (out / "tiny-lm" / "cpu-x86-linux" / "int8").exists()
+    failed = out / "tiny-lm" / "cpu-x86-linux" / "int8.failed"
     assert (failed / "parity.md").read_text().count("FAIL") >= 1
     assert mf.load(failed)["bundle"]["published"] is False
     assert r.cache["export/prefill"] and r.cache["quantize/decode"], "only verify may rerun"
@@ -134,7 +134,8 @@ def test_cli_json_is_clean_and_exit_codes_mean_something(built, out_root):
     assert p.returncode == 2 and "did you mean 'qcs6490'" in p.stderr
     p = subprocess.run([exe, "recipe", "tiny-lm", "--target", "qcs6490", "--precision", "fp32", "--out", str(out_root)], capture_output=True, text=True)
     assert p.returncode == 4 and "precision-unsupported" in p.stderr
-    assert (out_root / "tiny-lm" / "qcs6490" / "fp32.rejected.json").is_file()
+    rec = json.loads((out_root / "tiny-lm" / "qcs6490" / "fp32.record.json").read_text())
+    assert (rec["status"], rec["code"], rec["precision"]) == ("rejected", "precision-unsupported", "fp32")
 
 
 def test_a_killed_run_leaves_no_finished_looking_bundle_and_resumes(tmp_path, dev_keys):
@@ -152,7 +153,7 @@ def test_a_killed_run_leaves_no_finished_looking_bundle_and_resumes(tmp_path, de
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    bundle = out / "tiny-lm" / "cpu" / "fp32"
+    bundle = out / "tiny-lm" / "cpu-x86-linux" / "fp32"
     assert not (bundle / "manifest.json").exists()
     p = subprocess.run(args, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -166,6 +167,6 @@ def test_relative_output_path_as_in_the_readme(tmp_path, out_root, dev_keys):
     args = [exe, "recipe", "tiny-lm", "--target", "cpu", "--precision", "int8", "--out", "rel", "--cache", str(out_root / ".cache")]
     p = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    p = subprocess.run([exe, "verify", "rel/tiny-lm/cpu/int8", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    p = subprocess.run([exe, "verify", "rel/tiny-lm/cpu-x86-linux/int8", "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["signature"] == "valid"

@@ -14,7 +14,10 @@ def test_unknown_target_suggests_nearest():
 
 def test_alias_resolves_to_target():
     assert get_target("rb3-gen2").name == "qcs6490"
-    assert get_target("CPU-X86").name == "cpu"
+    assert get_target("CPU-X86").name == "cpu-x86-linux"
+    assert get_target("cpu").name == "cpu-x86-linux"
+    assert get_target("galaxy-s25").name == "sm8750" and get_target("x1e80100").name == "x-elite"
+    assert get_target("nvidia-rtx").name == "nvidia-rtx-windows"
 
 
 def test_unknown_recipe_suggests_nearest():

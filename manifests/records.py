@@ -1,0 +1,83 @@
+"""Run records: what the last attempt at (recipe, target, precision) produced, where the matrix finds it.
+
+One JSON file per attempt key, ``OUT/RECIPE/TARGET/PRECISION.record.json``,
+rewritten atomically by every attempt, so it always describes the latest one.
+Statuses follow the roadmap's per-cell record: ``rejected`` (a plan rejection,
+with its reason code), ``missing-prerequisite`` (what this host or the recipe
+lacks), ``failed`` (an attempted run: failing stage, reason, evidence, next
+repair) and ``verified`` (a signed bundle passed parity; the bundle itself is
+re-checked by whoever reads the record). Torch-free.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+RECORD_SCHEMA = "edge-export.record/v1"
+STATUSES = ("rejected", "missing-prerequisite", "failed", "verified")
+SUFFIX = ".record.json"
+
+
+def record_path(out_root: Path, recipe: str, target: str, precision: str) -> Path:
+    return Path(out_root) / recipe / target / f"{precision}{SUFFIX}"
+
+
+def write_record(
+    out_root: Path,
+    recipe: str,
+    target: str,
+    precision: str,
+    status: str,
+    *,
+    reason: str,
+    fix: str | None = None,
+    code: str | None = None,
+    stage: str | None = None,
+    evidence: list[str] | None = None,
+    plan: dict | None = None,
+    command: str | None = None,
+    bundle: str | None = None,
+) -> Path:
+    from exporter.atomic import write_text_atomic
+
+    if status not in STATUSES:
+        raise ValueError(f"unknown record status {status!r}")
+    path = record_path(out_root, recipe, target, precision)
+    rec = {
+        "schema": RECORD_SCHEMA,
+        "recipe": recipe,
+        "target": target,
+        "precision": precision,
+        "status": status,
+        "code": code,
+        "stage": stage,
+        "reason": reason,
+        "next_repair": fix,
+        "evidence": evidence or [],
+        "bundle": bundle,
+        "command": command,
+        "plan": plan,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_text_atomic(path, json.dumps(rec, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_records(out_root: Path, recipe: str | None = None) -> list[tuple[Path, dict]]:
+    """Every readable record under out_root (optionally of one recipe); unreadable ones are reported, not skipped."""
+    root = Path(out_root)
+    pattern = f"{recipe}/*/*{SUFFIX}" if recipe else f"*/*/*{SUFFIX}"
+    out = []
+    for p in sorted(root.glob(pattern)):
+        try:
+            data = json.loads(p.read_text())
+            if data.get("schema") != RECORD_SCHEMA:
+                raise ValueError(f"schema {data.get('schema')!r}")
+        except (OSError, ValueError) as e:
+            data = {"schema": None, "status": "failed", "stage": "record", "reason": f"unreadable record: {e}",
+                    "next_repair": "rerun the command that wrote it", "recipe": p.parent.parent.name, "target": p.parent.name,
+                    "precision": p.name[: -len(SUFFIX)], "evidence": [str(p)]}
+        out.append((p, data))
+    return out

@@ -1,0 +1,110 @@
+"""Measure what opening and running a bundle's graphs costs in resident memory, in a fresh process.
+
+``python -m verify.memprobe SPEC.json`` prints one JSON document. The process
+imports ONNX Runtime, records its resident set as the baseline, resets the
+kernel's high-water mark (Linux ``/proc/self/clear_refs``), opens every graph on
+the target's execution provider (no CPU fallback), allocates the runtime-owned
+state buffers of the state layout, runs every graph once, and reports the peaks
+above the baseline. On the x86 QNN simulator the numbers are host memory of the
+simulator, not device memory; the manifest says so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+_DTYPES = {"float32": "float32", "int32": "int32", "int64": "int64", "float16": "float16", "uint16": "uint16", "uint8": "uint8"}
+
+
+def _status(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def probe(spec: dict) -> dict:
+    import numpy as np
+    import onnxruntime  # noqa: F401  (imported before the baseline: its import is not the graphs' cost)
+
+    from exporter.runtime import open_session
+
+    baseline = _status("VmRSS")
+    reset = _reset_peak()
+    sessions = {name: open_session(path, spec["target"])[0] for name, path in spec["graphs"].items()}
+    after_open = _status("VmHWM")
+    state = [np.zeros(b["shape"], dtype=spec.get("state_dtype", "float32")) for b in spec.get("state_buffers", [])]
+    for comp in spec["components"]:
+        feeds = {t["name"]: np.zeros(t["shape"], dtype=_DTYPES[t["dtype"]]) for t in comp["inputs"]}
+        sessions[comp["name"]].run(None, feeds)
+    after_run = _status("VmHWM")
+    state_bytes = sum(a.nbytes for a in state)
+    if baseline is None or after_open is None or not reset:
+        return {"method": "unavailable (needs Linux /proc/self/status and clear_refs)", "baseline_rss_bytes": baseline}
+    return {
+        "method": "VmHWM above the post-import VmRSS, peak reset via /proc/self/clear_refs",
+        "baseline_rss_bytes": baseline,
+        "session_peak_bytes": after_open - baseline,
+        "run_peak_bytes": after_run - baseline,
+        "state_buffers_bytes": state_bytes,
+        "provider": spec["target"]["execution_provider"],
+    }
+
+
+def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300) -> dict:
+    """Run the probe in a child process (a clean heap) and return its report; a failure is reported, not raised."""
+    import tempfile
+
+    spec = {
+        "graphs": {k: str(v) for k, v in graphs.items()},
+        "components": [{"name": c["name"], "inputs": c["inputs"]} for c in components],
+        "target": target,
+        "state_buffers": state_layout.get("buffers", []),
+        "state_dtype": state_layout.get("dtype", "float32"),
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        p = subprocess.run([sys.executable, "-m", "verify.memprobe", f.name], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"method": "failed", "error": f"memory probe exceeded {timeout_s} s"}
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return {"method": "failed", "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:500]}
+    return json.loads(lines[-1])
+
+
+def compare(estimate: dict, measured: dict) -> dict:
+    """Estimated vs measured, both without the safety margin; the difference is reported, never hidden."""
+    if "run_peak_bytes" not in measured:
+        return {"available": False, "reason": measured.get("error") or measured.get("method")}
+    est = estimate["steady_bytes"]
+    got = max(measured["run_peak_bytes"], measured["session_peak_bytes"])  # the state buffers are allocated before the run, so the run peak includes them
+    return {
+        "available": True,
+        "estimated_steady_bytes": est,
+        "estimated_loading_peak_bytes": estimate["loading_peak_bytes"] + estimate["runtime_overhead_bytes"],
+        "measured_peak_bytes": got,
+        "difference_bytes": got - est,
+        "measured_over_estimated": round(got / est, 3) if est else None,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(json.loads(Path(sys.argv[1]).read_text()))))
