@@ -170,3 +170,20 @@ def test_relative_output_path_as_in_the_readme(tmp_path, out_root, dev_keys):
     p = subprocess.run([exe, "verify", "rel/tiny-lm/cpu-x86-linux/int8", "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["signature"] == "valid"
+
+
+def test_manifest_holds_estimated_and_measured_memory(built):
+    for key in (("cpu", "int8"), ("qcs6490", "w8a16")):
+        mem = mf.load(built[key].bundle)["memory"]
+        assert mem["estimate"]["required_bytes"] <= mem["estimate"]["budget_bytes"]
+        assert mem["measured"]["session_peak_bytes"] > 0 and mem["measured"]["run_peak_bytes"] >= mem["measured"]["session_peak_bytes"]
+        c = mem["comparison"]
+        assert c["available"] and c["difference_bytes"] == c["measured_peak_bytes"] - c["estimated_steady_bytes"]
+
+
+def test_every_outcome_is_recorded(built, out_root):
+    from manifests.records import read_records
+
+    recs = {(r["target"], r["precision"]): r for _, r in read_records(out_root, "tiny-lm")}
+    assert recs[("qcs6490", "w8a16")]["status"] == "verified"
+    assert recs[("cpu-x86-linux", "int8")]["bundle"] == str(built[("cpu", "int8")].bundle)

@@ -1,0 +1,155 @@
+"""Plans: explicit artifacts and memory, or a precise rejection; never a substitution."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from exporter.errors import UnknownNameError
+from exporter.plan import make_plan
+from exporter.targets import GiB, all_targets, get_target
+from recipes import FAMILIES, get_recipe, recipe_names
+from recipes.base import Bucket
+from recipes.cost import CostModel, GraphCost
+
+
+@pytest.mark.parametrize("recipe", recipe_names())
+def test_every_recipe_on_every_target_plans_or_rejects_precisely(recipe):
+    r = get_recipe(recipe)
+    for t in all_targets():
+        p = make_plan(r, t)
+        if p.admitted:
+            assert p.artifacts and p.memory["required_bytes"] <= p.memory["budget_bytes"], (recipe, t.name)
+            limit = t.accelerator.per_graph_limit_bytes
+            assert all(limit is None or a.weight_bytes <= limit for a in p.artifacts), (recipe, t.name)
+            assert all(a.precision == p.precision and a.format == p.format for a in p.artifacts)
+        else:
+            assert p.rejection.code in {"capacity", "precision-unsupported", "precision-undefined", "format-unsupported",
+                                        "context-unsupported", "graph-too-large"}
+            assert p.rejection.reason and p.rejection.fix
+
+
+def test_w4a16_on_qcs6490_is_rejected_never_w8a8():
+    p = make_plan(get_recipe("tiny-lm"), get_target("qcs6490"), "w4a16")
+    assert not p.admitted and p.rejection.code == "precision-unsupported"
+    assert p.precision == "w4a16" and not p.artifacts
+    assert "no 4-bit weight path" in p.rejection.reason and "no other precision is substituted" in p.rejection.fix
+
+
+def test_fp16_on_v68_names_the_missing_float_path():
+    p = make_plan(get_recipe("spark"), get_target("rb3-gen2"), "fp16")
+    assert p.rejection.code == "precision-unsupported" and "no float path" in p.rejection.reason
+
+
+def test_unknown_precision_is_a_usage_error_with_suggestion():
+    with pytest.raises(UnknownNameError) as e:
+        make_plan(get_recipe("tiny-lm"), get_target("cpu"), "w8a61")
+    assert "w8a16" in e.value.suggestions
+
+
+def test_context_is_never_shortened():
+    spark = get_recipe("spark")
+    p = make_plan(spark, get_target("sm8750"), context=8192)
+    assert p.rejection.code == "context-unsupported" and "[512, 1024, 2048, 4096]" in p.rejection.reason
+    p = make_plan(spark, get_target("sm8750"), context=1024)
+    assert p.admitted and {a.context for a in p.artifacts if a.role in ("prefill", "decode")} == {512, 1024}
+
+
+def test_qwen27b_arithmetic_matches_the_roadmap():
+    r = get_recipe("qwen3.8-27b")
+    p = make_plan(r, get_target("x-elite"))  # the 32 GiB CRD
+    lang = p.memory["nominal_language_weight_bytes"] / GiB
+    assert 12.4 < lang < 12.7, lang  # roadmap: "about 12.6 GiB" of nominal four-bit language weights
+    assert p.admitted and p.precision == "w4a16"
+    assert p.memory["headroom_bytes"] > 0 and p.memory["safety_margin_bytes"] > 0
+    for small in ("galaxy-s25", "galaxy-s24"):
+        q = make_plan(r, get_target(small))
+        assert q.rejection.code == "capacity" and q.precision == "w4a16", small
+    assert make_plan(r, get_target("galaxy-s24").with_ram(12)).rejection.code == "capacity"
+    assert make_plan(r, get_target("x-elite").with_ram(16)).rejection.code == "capacity"
+    assert make_plan(r, get_target("qcs6490")).rejection.code == "capacity"
+
+
+def test_htp_graph_over_the_limit_is_cut_into_contiguous_layer_parts():
+    p = make_plan(get_recipe("qwen3.8-27b"), get_target("x-elite"))
+    decode = [a for a in p.artifacts if a.component == "decode" and a.context == 4096]
+    assert len(decode) > 1 and all(a.parts == len(decode) for a in decode)
+    assert decode[0].layers[0] == 0 and decode[-1].layers[1] == 64
+    assert all(a.layers[1] == b.layers[0] for a, b in zip(decode, decode[1:]))
+    assert all(a.weight_bytes <= 2 * GiB for a in decode)
+    # the same model on a GPU without a per-graph limit stays whole
+    g = make_plan(get_recipe("qwen3.8-27b"), get_target("cpu-x86-wsl"))
+    assert all(a.parts == 1 for a in g.artifacts)
+
+
+def test_a_single_layer_over_the_limit_is_graph_too_large():
+    r = get_recipe("tiny-lm")
+    huge = GraphCost("decode", "decode", Bucket(1, 256), "w", 0, (3 * 2**30, 10), 0, 64)
+    r = replace(r, cost=replace(r.cost, graphs=(huge,)))
+    p = make_plan(r, get_target("qcs6490"))
+    assert p.rejection.code == "graph-too-large" and "layer 0" in p.rejection.reason
+
+
+def test_memory_budget_separates_vram_from_shared_ram():
+    r = get_recipe("spark")
+    gpu = make_plan(r, get_target("nvidia-rtx-wsl"))
+    assert gpu.memory["budget_kind"] == "vram" and gpu.memory["budget_bytes"] == 24 * GiB
+    assert "host_required_bytes" in gpu.memory
+    npu = make_plan(r, get_target("sm8750"))
+    assert npu.memory["budget_kind"] == "shared-ram" and npu.memory["budget_bytes"] == (12 - 4) * GiB
+    # ring KV of the sliding layers stops growing at the window; full KV grows with context
+    s = {int(k): v for k, v in npu.memory["state_bytes_by_context"].items()}
+    per_token_global = 4 * (2 * 1 * 256) * 2  # 4 global layers, K+V of 1 head x 256, 16-bit
+    ring = 22 * (2 * 1 * 256) * 512 * 2  # 22 sliding layers hold a 512-slot window whatever the context
+    for c in (512, 1024, 2048, 4096):
+        assert s[c] == ring + per_token_global * c, c
+
+
+def test_weight_sharing_is_used_only_where_the_accelerator_has_it():
+    r = get_recipe("spark")
+    v68 = make_plan(r, get_target("qcs6490"), context=1024)
+    v79 = make_plan(r, get_target("sm8750"), context=1024)
+    assert not v68.memory["weights_shared_between_graphs"] and v79.memory["weights_shared_between_graphs"]
+    assert v68.memory["weights_bytes"] > 2 * v79.memory["weights_bytes"]
+
+
+def test_families_without_export_path_list_it_as_missing():
+    for fam in FAMILIES:
+        p = make_plan(get_recipe(fam), get_target("x-elite"))
+        if p.admitted:
+            assert any(m.name == "recipe export path" for m in p.missing), fam
+
+
+def _cli(*args, cwd=None):
+    p = subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, cwd=cwd)
+    p.stderr = " ".join(p.stderr.split())  # rich wraps long lines
+    return p
+
+
+def test_recipe_refuses_before_heavy_work_and_records_the_rejection(tmp_path):
+    out = tmp_path / "a"
+    p = _cli("recipe", "qwen3.8-27b", "--target", "galaxy-s25", "--out", str(out))
+    assert p.returncode == 4 and "capacity" in p.stderr
+    rec = json.loads((out / "qwen3.8-27b" / "sm8750" / "w4a16.record.json").read_text())
+    assert rec["status"] == "rejected" and rec["code"] == "capacity" and rec["plan"]["memory"]["required_bytes"] > 0
+    assert rec["command"].startswith("edge-export recipe qwen3.8-27b")
+    assert not (out / ".cache").exists(), "nothing heavy may run before the plan admits"
+    p = _cli("recipe", "qwen3.8-27b", "--target", "x-elite", "--out", str(out))
+    assert p.returncode == 6 and "recipe export path" in p.stderr
+    rec = json.loads((out / "qwen3.8-27b" / "x-elite" / "w4a16.record.json").read_text())
+    assert rec["status"] == "missing-prerequisite"
+
+
+def test_plan_cli_exit_codes_and_json(tmp_path):
+    p = _cli("plan", "tiny-lm", "--target", "qcs6490", "--json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["admitted"] and plan["buildable"] and plan["memory"]["budget_bytes"] == int(4.5 * GiB)
+    p = _cli("plan", "tiny-lm", "--target", "qcs6490", "--precision", "w4a16", "--json")
+    assert p.returncode == 4 and json.loads(p.stdout)["rejection"]["code"] == "precision-unsupported"
+    p = _cli("plan", "spark", "--target", "sm8750")
+    assert p.returncode == 6 and "recipe export path" in p.stderr
+    p = _cli("plan", "spark", "--target", "sm8750", "--ram", "13")
+    assert p.returncode == 2 and "12, 16" in p.stderr
