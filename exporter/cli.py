@@ -151,15 +151,17 @@ def recipes_cmd(as_json: bool = JSON_OPT):
     rows = []
     for n in recipe_names():
         r = get_recipe(n)
-        rows.append({"name": n, "family": r.family, "architecture": r.architecture, "targets": {t: list(p) for t, p in r.precisions.items()}, "description": r.description})
+        rows.append({"name": n, "family": r.family, "architecture": r.architecture, "targets": {t: list(p) for t, p in r.precisions.items()},
+                     "description": r.description, "buildable": r.blocked is None, "blocked": r.blocked})
     if as_json:
         _print_json(rows)
         return
     from rich.table import Table
 
-    t = Table("recipe", "architecture", "targets (precisions)", "description")
+    t = Table("recipe", "architecture", "precisions by target / kind", "status", "description")
     for r in rows:
-        t.add_row(r["name"], r["architecture"], ", ".join(f"{k} ({'/'.join(v)})" for k, v in r["targets"].items()), r["description"])
+        t.add_row(r["name"], r["architecture"], ", ".join(f"{k} ({'/'.join(v)})" for k, v in r["targets"].items()),
+                  "buildable" if r["buildable"] else f"plan-only: {r['blocked']}", r["description"])
     _err_console().print(t)
 
 
