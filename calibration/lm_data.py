@@ -39,18 +39,29 @@ def _rng(seed: int):
 
 
 def calibration_set(vocab: int, context: int, count: int = 2) -> TokenSet:
+    """`count` uniform random sequences plus one of short runs (each token 4 times): repetition
+    concentrates attention, which widens activation ranges that random tokens never reach. Runs
+    are shorter than the 8-gram disjointness window, so the held-out repeated-token prompt stays disjoint."""
     rng = _rng(CALIBRATION_SEED)
-    seqs = tuple(tuple(int(t) for t in rng.integers(0, vocab, context)) for _ in range(count))
-    return TokenSet("lm-calibration-v1", "calibration", seqs)
+    seqs = [tuple(int(t) for t in rng.integers(0, vocab, context)) for _ in range(count)]
+    runs = [int(t) for t in rng.integers(0, vocab, (context + 3) // 4) for _ in range(4)][:context]
+    seqs.append(tuple(runs))
+    return TokenSet("lm-calibration-v2", "calibration", tuple(seqs))
 
 
-def evaluation_set(vocab: int, prefill_ar: int, count: int = 3) -> TokenSet:
+def evaluation_set(vocab: int, prefill_ar: int, count: int = 3, long_prompt: int | None = None) -> TokenSet:
+    """Held-out prompts; `long_prompt` adds one prompt of that length, so that prefill runs in
+    every context bucket (bucketed recipes pass a length past their second-largest bucket)."""
     rng = _rng(EVALUATION_SEED)
     lengths = [5, prefill_ar, prefill_ar + prefill_ar // 2 + 3][:count]
     seqs = [tuple(int(t) for t in rng.integers(0, vocab, n)) for n in lengths]
     seqs.append(tuple([vocab - 1, 0] * 4))  # adversarial: extreme ids
     seqs.append(tuple([int(rng.integers(0, vocab))] * 12))  # adversarial: one repeated token
-    return TokenSet("lm-evaluation-v1", "evaluation", tuple(seqs))
+    name = "lm-evaluation-v1"
+    if long_prompt:
+        seqs.append(tuple(int(t) for t in rng.integers(0, vocab, long_prompt)))
+        name = f"lm-evaluation-v1+long{long_prompt}"
+    return TokenSet(name, "evaluation", tuple(seqs))
 
 
 def check_disjoint(cal: TokenSet, ev: TokenSet, ngram: int = 8) -> None:

@@ -328,6 +328,30 @@ def matrix_cmd(
         sys.stdout.write(text)
 
 
+@app.command("synthesize")
+def synthesize_cmd(
+    name: str = typer.Argument(..., help="An embedded recipe that synthesises its checkpoint (tiny-lm, tiny-spark)."),
+    out: Path = typer.Argument(..., help="Directory to write config.json and model.safetensors into (must not exist)."),
+):
+    """Write the seeded checkpoint of an embedded tiny recipe (real class and tensor names), checked against its pin."""
+    from exporter.atomic import staging_dir
+    from exporter.errors import IntegrityError, UsageError
+    from exporter.hashing import sha256_file
+    from recipes import get_recipe
+
+    r = get_recipe(name)
+    if r.synthesize is None:
+        raise UsageError(f"recipe {name} has no synthesiser", "choose tiny-lm or tiny-spark")
+    if out.exists():
+        raise UsageError(f"{out} exists", "choose a new directory; nothing is overwritten")
+    with staging_dir(out) as tmp:
+        r.synthesize(tmp)
+        bad = [f for f, d in r.pin.files.items() if sha256_file(tmp / f) != d]
+        if bad:
+            raise IntegrityError(f"synthesised {bad} do not match the pin of {name}", "report this: synthesis must be deterministic")
+    _err_console().print(f"wrote {out} ({', '.join(sorted(r.pin.files))}; digests match the pin of {name})")
+
+
 @app.command("routes")
 def routes_cmd(as_json: bool = JSON_OPT):
     """List the roadmap's hardware routes and the targets each deploys to."""

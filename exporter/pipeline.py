@@ -95,6 +95,20 @@ class Context:
     _model: object = None
     _feeds: dict | None = None
     current: str = "resolve"  # the stage running now (named in a failure record)
+    components: tuple = ()  # the recipe's graphs as the plan cuts them (layer-range parts)
+
+    def __post_init__(self):
+        if not self.components:
+            splits = {}
+            for a in self.plan.artifacts:
+                if a.parts > 1:
+                    splits.setdefault(a.component, []).append(tuple(a.layers))
+            self.components = self.recipe.with_parts(splits)
+
+    def manifest_components(self) -> list[dict]:
+        from dataclasses import replace
+
+        return replace(self.recipe, components=self.components).to_json()["components"]
 
     def calibration(self):
         """The one calibration set of this build: it fills the largest context bucket."""
@@ -115,9 +129,9 @@ class Context:
         return self._model
 
     def step_module(self, component):
-        from exporter.models.qwen3 import Qwen3Step
+        from exporter.models import step_module
 
-        return Qwen3Step(self.model(), component.bucket.ar, component.bucket.context).eval()
+        return step_module(self.model(), self.recipe.architecture, component)
 
     @contextlib.contextmanager
     def timed(self, name: str, detail: str = ""):
@@ -131,10 +145,6 @@ class Context:
 def artifact_digest(entry: Path) -> str:
     """Digest of a stage output: its entry file and every file beside it (e.g. a context .bin)."""
     return sha256_json({p.name: sha256_file(p) for p in sorted(entry.parent.iterdir()) if p.is_file() and p.name != "_done.json"})
-
-
-def _manifest_components(recipe: Recipe) -> list[dict]:
-    return recipe.to_json()["components"]
 
 
 def _cpu_target() -> dict:
@@ -156,12 +166,13 @@ def stage_export(ctx: Context) -> dict[str, Path]:
     from exporter.backends.onnx_export import export_component
 
     out = {}
-    for comp in ctx.recipe.components:
+    mcomps = ctx.manifest_components()
+    for comp in ctx.components:
         inputs = {
             "checkpoint": ctx.ckpt.digest,
             "architecture": ctx.recipe.architecture,
             "model_config": ctx.recipe.model_config,
-            "component": next(c for c in _manifest_components(ctx.recipe) if c["name"] == comp.name),
+            "component": next(c for c in mcomps if c["name"] == comp.name),
             "tools": ctx.tool_subset(EXPORT_TOOLS),
             "code": code_digest(),
         }
@@ -174,23 +185,32 @@ def stage_export(ctx: Context) -> dict[str, Path]:
 
 def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dict]]:
     """Inputs of every graph along calibration sequences, produced by the float graphs."""
-    from verify import lm_driver
+    from verify.drivers import driver_for
 
+    lm_driver = driver_for(ctx.recipe.state_layout)
     cal = ctx.calibration()
     runners, _ = _runners(fp32, _cpu_target())
-    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in _manifest_components(ctx.recipe)}
+    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in ctx.manifest_components()}
     feeds: dict[str, list[dict]] = {name: [] for name in graphs}
 
     def rec(step):
         feeds[step.component].append(step.feeds)
 
     layout = ctx.recipe.state_layout
+    ar = max(g.ar for g in graphs.values() if g.role == "prefill")
     for seq in cal.sequences:
         seq = list(seq)
         # prefill over the whole bucket (every prefill position), then decode over every position
         lm_driver.generate(runners, graphs, layout, seq, 1, on_step=rec)
         lm_driver.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
+        # and the model's own greedy continuation of a short prompt: generated text concentrates
+        # attention far more than random tokens, and its activation ranges are what a runtime sees
+        lm_driver.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
     return feeds
+
+
+CALIBRATION_PROCEDURE = ("per calibration sequence: prefill of the whole sequence; teacher-forced decode over every position; "
+                         "free-running greedy decode from its first AR tokens to the end of the largest bucket (float graphs)")
 
 
 def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path], dict]:
@@ -221,7 +241,7 @@ def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path]
         out[name] = r.path / "model.onnx"
         info = r.info
     scheme = {"precision": precision, **info}
-    scheme["calibration"] = cal.to_json() if method == "ort-qdq-static" else None
+    scheme["calibration"] = {**cal.to_json(), "procedure": CALIBRATION_PROCEDURE} if method == "ort-qdq-static" else None
     return out, scheme
 
 
@@ -253,7 +273,7 @@ def stage_compile(ctx: Context, quantized: dict[str, Path]) -> dict[str, Path]:
     if ctx.plan.format != "qnn-context":
         return quantized
     out = {}
-    for comp in ctx.recipe.components:
+    for comp in ctx.components:
         src = quantized[comp.name]
         inputs = {"source": sha256_file(src), "target": target["accelerator"], "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
         with ctx.timed("compile", f"{comp.graph_name} -> HTP v{target['accelerator']['htp_arch']}"):
@@ -281,8 +301,10 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
     from calibration.lm_data import check_disjoint, evaluation_set
 
     cfg = ctx.recipe.model_config
-    pre = next(c for c in ctx.recipe.components if c.role == "prefill")
-    ev = evaluation_set(cfg["vocab_size"], pre.bucket.ar)
+    pre = next(c for c in ctx.components if c.role == "prefill")
+    contexts = sorted({c.bucket.context for c in ctx.components if c.role in ("prefill", "decode")})
+    # with several buckets, one long prompt makes prefill run in every bucket
+    ev = evaluation_set(cfg["vocab_size"], pre.bucket.ar, long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None)
     check_disjoint(ctx.calibration(), ev)
     stages = _verification_stages(ctx, fp32, quantized, final)
     inputs = {
@@ -299,13 +321,13 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
         from verify.parity import measure_stage, summarize
         from verify.reference import LMReference
 
-        reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.recipe.components})
+        reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
         results, placement = [], {}
         for name, paths, precision, target in stages:
             with ctx.reporter.stage("verify", f"{name} on {target['execution_provider']}"):
                 runners, pl = _runners(paths, target)
                 res = measure_stage(
-                    name, target["execution_provider"], precision, runners, _manifest_components(ctx.recipe),
+                    name, target["execution_provider"], precision, runners, ctx.manifest_components(),
                     ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
                     ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
                 )
@@ -325,7 +347,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
 
 def _bundle_files(ctx: Context, final: dict[str, Path], staging: Path) -> list[dict]:
     comps = []
-    for comp, cj in zip(ctx.recipe.components, _manifest_components(ctx.recipe)):
+    for comp, cj in zip(ctx.components, ctx.manifest_components()):
         src = final[comp.name]
         if ctx.plan.format == "qnn-context":
             names = sorted(p.name for p in src.parent.iterdir() if p.name != "_done.json")
@@ -526,10 +548,22 @@ def precisions_for(recipe: Recipe, target: Target, precision: str | None) -> lis
 
 def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, **kw) -> list[BuildResult]:
     recipe = get_recipe(recipe_name)
+    if kw.get("checkpoint") is not None and recipe.variant_for is not None:
+        recipe = recipe.variant_for(read_checkpoint_config(Path(kw["checkpoint"])))
     target = get_target(target_name)
     if ram_gib is not None:
         target = target.with_ram(ram_gib)
     return [build_one(recipe, target, p, requested_target=target_name, **kw) for p in precisions_for(recipe, target, precision)]
+
+
+def read_checkpoint_config(directory: Path) -> dict:
+    from exporter.errors import UsageError
+
+    path = directory / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read the checkpoint's config ({e})", "point --checkpoint at a Hugging Face snapshot directory") from None
 
 
 def host_abi() -> tuple[str, str]:
@@ -564,7 +598,7 @@ def stage_memory(ctx: Context, final: dict[str, Path]) -> dict:
     inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": ctx.target.to_json(),
               "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
     with ctx.timed("memory", "peak resident memory of opening and running every graph"):
-        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, _manifest_components(ctx.recipe), ctx.target.to_json(), ctx.recipe.state_layout)})
+        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), ctx.target.to_json(), ctx.recipe.state_layout)})
     ctx.hits["memory"] = r.hit
     measured = r.info["measured"]
     return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}

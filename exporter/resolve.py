@@ -26,13 +26,14 @@ class ResolvedCheckpoint:
     files: dict[str, str]  # name -> sha256 actually measured
     pinned: bool
     mismatches: list[dict] = field(default_factory=list)
+    synthetic: bool = False  # the files match a synthesised tiny checkpoint's pin: not the family's real weights
 
     @property
     def digest(self) -> str:
         return sha256_json(self.files)
 
     def to_json(self) -> dict:
-        out = {"source": self.source, "revision": self.revision, "pinned": self.pinned, "files": dict(self.files)}
+        out = {"source": self.source, "revision": self.revision, "pinned": self.pinned, "files": dict(self.files), "synthetic": self.synthetic}
         if self.mismatches:
             out["pin_mismatches"] = self.mismatches
         return out
@@ -54,12 +55,14 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
         if not src_dir.is_dir():
             raise UsageError(f"checkpoint {src_dir} is not a directory", "pass a Hugging Face layout directory (config.json, *.safetensors)")
         source = f"local:{src_dir.resolve()}"
-    elif recipe.pin.source.startswith("synthesized:"):
+    elif recipe.pin is not None and recipe.pin.source.startswith("synthesized:"):
         src_dir = _synthesized_dir(recipe, cache_root)
         source = recipe.pin.source
     else:
         raise UsageError(f"recipe {recipe.name} needs a local checkpoint snapshot", "pass --checkpoint PATH")
 
+    if recipe.pin is None:
+        return _resolve_unpinned(recipe, src_dir, source, cache_root, allow_unpinned)
     pickled = [n for n in recipe.pin.files if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
     if pickled:
         raise IntegrityError(f"recipe {recipe.name} pins pickle checkpoint files {pickled}: refused", "convert the weights to safetensors")
@@ -86,11 +89,7 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
             + ", or pass --allow-unpinned to build anyway (the manifest then records it and a release audit fails it)",
         )
 
-    view = cache_root / "resolved" / sha256_json({"src": str(src_dir.resolve()), "files": measured})
-    if not view.is_dir():
-        with staging_dir(view) as tmp:
-            for name in measured:
-                os.symlink((src_dir / name).resolve(), tmp / name)
+    view = _view(cache_root, src_dir, measured)
     return ResolvedCheckpoint(
         source=source,
         revision=recipe.pin.revision if not mismatches else "unpinned",
@@ -98,4 +97,32 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
         files=measured,
         pinned=not mismatches,
         mismatches=mismatches,
+        synthetic=not mismatches and recipe.pin.source.startswith("synthesized:"),
     )
+
+
+def _view(cache_root: Path, src_dir: Path, measured: dict[str, str]) -> Path:
+    """A directory of symbolic links to exactly the measured files."""
+    view = cache_root / "resolved" / sha256_json({"src": str(src_dir.resolve()), "files": measured})
+    if not view.is_dir():
+        with staging_dir(view) as tmp:
+            for name in measured:
+                os.symlink((src_dir / name).resolve(), tmp / name)
+    return view
+
+
+def _resolve_unpinned(recipe: Recipe, src_dir: Path, source: str, cache_root: Path, allow_unpinned: bool) -> ResolvedCheckpoint:
+    """A checkpoint for which the recipe has no pin: hash what a loader would read; build only if allowed."""
+    names = ["config.json"] + sorted(p.name for p in src_dir.glob("*.safetensors")) + (
+        ["model.safetensors.index.json"] if (src_dir / "model.safetensors.index.json").is_file() else [])
+    missing = [n for n in names[:1] if not (src_dir / n).is_file()]
+    if missing or len(names) < 2:
+        raise IntegrityError(f"{src_dir}: no config.json and *.safetensors to load", "point --checkpoint at a safetensors snapshot (pickle files are refused)")
+    measured = {n: sha256_file(src_dir / n) for n in names}
+    if not allow_unpinned:
+        raise IntegrityError(
+            f"recipe {recipe.name} has no pin for the checkpoint at {src_dir} (config.json {measured['config.json'][:12]}...)",
+            "pass --allow-unpinned to build it anyway (the manifest records every digest and pinned: false), or add its pin to the recipe",
+        )
+    return ResolvedCheckpoint(source=source, revision="unpinned", directory=_view(cache_root, src_dir, measured), files=measured,
+                              pinned=False, mismatches=[{"file": n, "expected": None, "actual": d} for n, d in measured.items()])

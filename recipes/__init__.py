@@ -9,6 +9,7 @@ from exporter.errors import UnknownNameError
 # name -> module; kept as names so listing recipes imports nothing heavy
 REGISTRY: dict[str, str] = {
     "tiny-lm": "recipes.tiny_lm",
+    "tiny-spark": "recipes.spark:TINY",
     # the roadmap's five families; plan-only until their issues add a pin and exporter
     "spark": "recipes.spark",
     "qwen3-tts": "recipes.qwen3_tts",
@@ -31,4 +32,5 @@ def get_recipe(name: str):
     key = name.strip().lower()
     if key not in REGISTRY:
         raise UnknownNameError("recipe", name, recipe_names())
-    return importlib.import_module(REGISTRY[key]).RECIPE
+    module, _, attr = REGISTRY[key].partition(":")
+    return getattr(importlib.import_module(module), attr or "RECIPE")

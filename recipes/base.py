@@ -48,14 +48,17 @@ class Component:
     """One exported graph of a recipe (e.g. prefill AR-32, decode AR-1)."""
 
     name: str
-    role: str  # "prefill" | "decode"
+    role: str  # "prefill" | "decode" | "embedding" | "head"
     bucket: Bucket
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    layers: tuple[int, int] | None = None  # [start, end) of the decoder stack this graph holds
+    part: tuple[int, int] | None = None  # (k, n): the k-th of n layer-range parts of one graph
+    graph: str | None = None  # explicit graph name; default {role}_ar{N}_cl{C}
 
     @property
     def graph_name(self) -> str:
-        return f"{self.role}_ar{self.bucket.ar}_cl{self.bucket.context}"
+        return self.graph or f"{self.role}_ar{self.bucket.ar}_cl{self.bucket.context}"
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,19 @@ class Recipe:
     cost: "CostModel"
     # why this recipe cannot be built yet (a plan-only family); None when it builds
     blocked: str | None = None
+    blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter"
     synthesize: Callable[[object], None] | None = field(default=None, compare=False)
+    # the recipe for a given checkpoint config (validates the family's structure, picks the pin)
+    variant_for: Callable[[dict], "Recipe"] | None = field(default=None, compare=False)
+    # components with some graphs cut into layer-range parts: {component name: [(start, end), ...]}
+    components_for: Callable[[dict], tuple] | None = field(default=None, compare=False)
+
+    def with_parts(self, splits: dict[str, list[tuple[int, int]]]) -> tuple[Component, ...]:
+        if not splits:
+            return self.components
+        if self.components_for is None:
+            raise ValueError(f"recipe {self.name} cannot cut graphs into parts")
+        return self.components_for(splits)
 
     def precisions_for(self, target) -> tuple[str, ...]:
         """Precisions defined for `target`: by exact name, then target family, then accelerator kind."""
@@ -151,6 +166,8 @@ class Recipe:
                     "bucket": {"ar": c.bucket.ar, "context": c.bucket.context},
                     "inputs": [t.to_json() for t in c.inputs],
                     "outputs": [t.to_json() for t in c.outputs],
+                    **({"layers": list(c.layers)} if c.layers else {}),
+                    **({"part": list(c.part)} if c.part else {}),
                 }
                 for c in self.components
             ],

@@ -26,6 +26,7 @@ class GraphCost:
     post_params: int
     act_elems_per_token: int  # live activation elements per token (hidden, MLP, logits)
     score_heads: int = 0  # attention heads whose [ar x context] scores are live at once
+    name: str | None = None  # the recipe component's graph name, where it differs from the default
 
     @property
     def params(self) -> int:
@@ -33,7 +34,7 @@ class GraphCost:
 
     @property
     def graph_name(self) -> str:
-        return f"{self.role}_ar{self.bucket.ar}_cl{self.bucket.context}"
+        return self.name or f"{self.role}_ar{self.bucket.ar}_cl{self.bucket.context}"
 
 
 @dataclass(frozen=True)

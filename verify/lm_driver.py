@@ -21,6 +21,7 @@ class Runner(Protocol):
 
 @dataclass
 class GraphSpec:
+    role: str
     ar: int
     context: int
     inputs: dict[str, tuple[str, list[int]]]
@@ -30,6 +31,7 @@ class GraphSpec:
     def from_manifest_component(cls, comp: dict) -> "GraphSpec":
         b = comp["bucket"]
         return cls(
+            role=comp["role"],
             ar=b["ar"],
             context=b["context"],
             inputs={t["name"]: (t["dtype"], t["shape"]) for t in comp["inputs"]},

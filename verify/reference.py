@@ -51,4 +51,6 @@ class LMReference:
         names = list(feeds)
         with torch.no_grad():
             outs = mod(*[torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names])
+        if isinstance(outs, torch.Tensor):  # single-output graphs (embedding, head)
+            outs = (outs,)
         return {n: o.numpy() for n, o in zip(output_names, outs)}

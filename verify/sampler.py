@@ -1,0 +1,34 @@
+"""The sampler contract of split LM bundles (state_layout["sampler"]), as a reference implementation.
+
+Runs on the CPU over the head graph's logits. Greedy is argmax (lowest index on ties);
+top-k/top-p follows the manifest's rule, drawing with numpy's PCG64 seeded by the
+caller, so the same logits, settings and seed give the same token on every host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def greedy(logits: np.ndarray) -> int:
+    return int(np.argmax(np.asarray(logits).reshape(-1)))
+
+
+def sample(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0, seed: int = 0) -> tuple[int, float]:
+    z = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if not temperature > 0:
+        raise ValueError("temperature must be > 0 (use greedy() for argmax)")
+    if not 0 < top_p <= 1:
+        raise ValueError("top_p must be in (0, 1]")
+    z = z / temperature
+    order = np.argsort(-z, kind="stable")
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        order = order[:top_k]
+    p = np.exp(z[order] - z[order[0]])
+    p /= p.sum()
+    keep = int(np.searchsorted(np.cumsum(p), top_p) + 1) if top_p < 1 else len(p)
+    order, p = order[:keep], p[:keep] / p[:keep].sum()
+    i = np.random.Generator(np.random.PCG64(seed)).choice(len(p), p=p)
+    return int(order[i]), float(p[i])

@@ -1,0 +1,198 @@
+"""A reference generation loop for split LM graphs with ring and full KV, driven by the manifest alone.
+
+State layout kind ``kv-ring+full`` (recipes/spark.py writes it): an embedding graph per
+AR, decoder-stack graphs per (role, AR, context) possibly cut into layer-range parts, and
+one head graph. This module follows the layout's prose rules literally: bucket selection,
+ring writes and wrap, global-buffer growth on a bucket transition, masks, positions,
+padding. It imports neither torch nor the exporter; a runtime team can read it as the
+executable form of the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from verify.lm_driver import Runner, StepRecord
+
+
+@dataclass
+class GraphSpec:
+    name: str
+    role: str
+    ar: int
+    context: int
+    inputs: dict[str, tuple[str, list[int]]]
+    outputs: list[str]
+    layers: tuple[int, int] | None = None
+    part: tuple[int, int] = (1, 1)
+
+    @classmethod
+    def from_manifest_component(cls, comp: dict) -> "GraphSpec":
+        b = comp["bucket"]
+        return cls(
+            name=comp["name"], role=comp["role"], ar=b["ar"], context=b["context"],
+            inputs={t["name"]: (t["dtype"], t["shape"]) for t in comp["inputs"]},
+            outputs=[t["name"] for t in comp["outputs"]],
+            layers=tuple(comp["layers"]) if comp.get("layers") else None,
+            part=tuple(comp.get("part") or (1, 1)),
+        )
+
+
+@dataclass
+class RingFullState:
+    layout: dict
+    n_past: int = 0
+    context: int = 0
+    ring: dict[str, np.ndarray] = field(default_factory=dict)
+    full: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        dt = np.dtype(self.layout["dtype"])
+        self.n_past = 0
+        self.context = self.layout["contexts"][0]
+        self.ring = {b["name"]: np.zeros(b["shape"], dt) for b in self.layout["buffers"] if b["kind"] == "ring"}
+        self.full = {b["name"]: np.zeros(b["shape_by_context"][str(self.context)], dt) for b in self.layout["buffers"] if b["kind"] == "full"}
+
+    def select(self, n: int, ar: int) -> int:
+        """The smallest context that takes `n` more tokens in a call with `ar` slots (moves state there)."""
+        for c in self.layout["contexts"]:
+            if self.n_past + n <= c and self.n_past <= c - ar:
+                if c != self.context:
+                    self.grow(c)
+                return c
+        raise ValueError(f"sequence full: n_past={self.n_past} + {n} exceeds the largest bucket {self.layout['contexts'][-1]}")
+
+    def grow(self, c: int) -> None:
+        if c < self.context:
+            raise ValueError("state only moves to a larger bucket; reset to start over")
+        for b in self.layout["buffers"]:
+            if b["kind"] == "full":
+                new = np.zeros(b["shape_by_context"][str(c)], self.full[b["name"]].dtype)
+                new[:, :, : self.n_past] = self.full[b["name"]][:, :, : self.n_past]
+                self.full[b["name"]] = new
+        self.context = c
+
+    def slot_positions(self) -> np.ndarray:
+        """Position held by each ring slot (-1: empty), per the layout's ring_slot_position rule."""
+        w = self.layout["window"]
+        s = np.arange(w)
+        if self.n_past == 0:
+            return np.full(w, -1)
+        p = self.n_past - 1 - ((self.n_past - 1 - s) % w)
+        return np.where(p >= 0, p, -1)
+
+    def past_feeds(self, g: GraphSpec) -> dict[str, np.ndarray]:
+        out = {}
+        for b in self.layout["buffers"]:
+            i = b["layer"]
+            if g.layers and not (g.layers[0] <= i < g.layers[1]):
+                continue
+            name = f"past_{b['role']}_{i}"
+            if b["kind"] == "ring":
+                out[name] = self.ring[b["name"]]
+            else:
+                out[name] = np.ascontiguousarray(self.full[b["name"]][:, :, : g.context - g.ar])
+        return out
+
+    def write(self, new: dict[str, np.ndarray], layers: tuple[int, int], n_valid: int) -> None:
+        w = self.layout["window"]
+        for b in self.layout["buffers"]:
+            i = b["layer"]
+            if not (layers[0] <= i < layers[1]):
+                continue
+            rows = new[f"new_{b['role']}_{i}"]
+            for j in range(n_valid):
+                if b["kind"] == "ring":
+                    self.ring[b["name"]][:, :, (self.n_past + j) % w] = rows[:, :, j]
+                else:
+                    self.full[b["name"]][:, :, self.n_past + j] = rows[:, :, j]
+
+
+def masks(state: RingFullState, ar: int, context: int, n: int) -> dict[str, np.ndarray]:
+    m = state.layout["mask"]
+    hidden, visible = m["value_hidden"], m["value_visible"]
+    w = state.layout["window"]
+    pos = state.slot_positions()
+    sliding = np.full((1, 1, ar, w + ar), hidden, np.float32)
+    full = np.full((1, 1, ar, context), hidden, np.float32)
+    full[:, :, :, : state.n_past] = visible
+    for j in range(ar):
+        p = state.n_past + min(j, n - 1)
+        ok = (pos >= 0) & (p - pos < w)
+        sliding[0, 0, j, :w][ok] = visible
+        sliding[0, 0, j, w : w + j + 1] = visible
+        full[0, 0, j, context - ar : context - ar + j + 1] = visible
+    return {"mask_sliding": sliding, "mask_global": full}
+
+
+def _graphs_for(graphs: dict[str, GraphSpec], role: str, ar: int, context: int) -> list[GraphSpec]:
+    parts = sorted((g for g in graphs.values() if g.role == role and g.ar == ar and g.context == context), key=lambda g: g.part[0])
+    if not parts or len(parts) != parts[0].part[1]:
+        raise ValueError(f"manifest has no complete {role} graph for AR {ar}, context {context}")
+    return parts
+
+
+def call(runners: dict[str, Runner], graphs: dict[str, GraphSpec], state: RingFullState, tokens: list[int], role: str,
+         on_step: Callable[[StepRecord], None] | None = None) -> np.ndarray:
+    """One call of `tokens` (prefill chunk or one decode token); returns the last real token's logits."""
+    ar = max(g.ar for g in graphs.values() if g.role == role)
+    n = len(tokens)
+    if not 0 < n <= ar:
+        raise ValueError(f"a {role} call carries 1..{ar} tokens, got {n}")
+    context = state.select(n, ar)
+    n_past = state.n_past
+
+    def run(g: GraphSpec, feeds: dict) -> dict[str, np.ndarray]:
+        feeds = {k: v for k, v in feeds.items() if k in g.inputs}
+        out = dict(zip(g.outputs, runners[g.name].run(g.outputs, feeds)))
+        if on_step:
+            on_step(StepRecord(g.name, n_past, n, feeds, out))
+        return out
+
+    ids = np.zeros((1, ar), np.int32)
+    ids[0, :n] = tokens
+    embed = next(g for g in graphs.values() if g.role == "embedding" and g.ar == ar)
+    hidden = run(embed, {"input_ids": ids})["hidden"]
+    pos = np.full((1, ar), n_past + n - 1, np.int32)
+    pos[0, :n] = np.arange(n_past, n_past + n)
+    common = {"position_ids": pos, **masks(state, ar, context, n)}
+    for g in _graphs_for(graphs, role, ar, context):
+        out = run(g, {"hidden": hidden, **common, **state.past_feeds(g)})
+        state.write(out, g.layers, n)
+        hidden = out["hidden_out"]
+    state.n_past += n
+    head = next(g for g in graphs.values() if g.role == "head")
+    return run(head, {"hidden": np.ascontiguousarray(hidden[:, n - 1 : n])})["logits"][0, 0]
+
+
+def generate(
+    runners: dict[str, Runner],
+    graphs: dict[str, GraphSpec],
+    layout: dict,
+    prompt: list[int],
+    steps: int,
+    forced: list[int] | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy generation, as verify.lm_driver.generate, across bucket transitions."""
+    state = RingFullState(layout)
+    ar = max(g.ar for g in graphs.values() if g.role == "prefill")
+    last = None
+    for start in range(0, len(prompt), ar):
+        last = call(runners, graphs, state, prompt[start : start + ar], "prefill", on_step)
+    tokens: list[int] = []
+    logits: list[np.ndarray] = []
+    for i in range(steps):
+        logits.append(last)
+        tok = int(np.argmax(last))
+        tokens.append(tok)
+        if i == steps - 1:
+            break
+        last = call(runners, graphs, state, [forced[i] if forced is not None else tok], "decode", on_step)
+    return tokens, logits
