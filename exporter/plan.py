@@ -23,6 +23,16 @@ from exporter.targets import GiB, MiB, Target
 from recipes.base import PRECISIONS, Precision, Recipe
 from recipes.cost import GraphCost
 
+# Toolchains whose weight-shared QNN contexts cannot be used, with the evidence. A shared
+# context is what lets the graphs of every bucket hold one weight copy; where the toolchain
+# cannot load one, the plan counts weights per graph and says why (tests/test_weight_sharing.py
+# re-runs the probe, so a fixed release turns that test red until this table is updated).
+QNN_WEIGHT_SHARING_UNUSABLE = {
+    "2.7.0": ("onnxruntime-qnn 2.7.0 (QAIRT 2.51) writes a weight-shared context (ep.share_ep_contexts) but the x86 HTP "
+              "backend segfaults creating a session from it (LoadCachedQnnContextFromBuffer, 2 graphs); ORT PR #24962 "
+              "reports the same contextCreateFromBinary failure"),
+}
+PINNED_ONNXRUNTIME_QNN = "2.7.0"
 SAFETY_MARGIN = 0.10  # fraction added on top of the steady/loading requirement
 HOST_STAGING_OVERHEAD = 512 * MiB  # host-side runtime when the weights live in separate VRAM
 
@@ -132,18 +142,62 @@ def _split_parts(g: GraphCost, bpw: float, limit: int | None) -> list[tuple[tupl
     return out
 
 
+def weight_sharing(recipe: Recipe, target: Target) -> dict:
+    """Whether the graphs of one weight set share one copy on this target, and why not if they do not."""
+    acc, rec = target.accelerator.weight_sharing, recipe.cost.shares_weights
+    tool, note = True, ""
+    if target.execution_provider == "QNNExecutionProvider":
+        from importlib import metadata
+
+        try:
+            version = metadata.version("onnxruntime-qnn")
+        except metadata.PackageNotFoundError:
+            version = PINNED_ONNXRUNTIME_QNN
+        if version in QNN_WEIGHT_SHARING_UNUSABLE:
+            tool, note = False, QNN_WEIGHT_SHARING_UNUSABLE[version]
+    else:
+        tool, note = False, (f"edge-export builds each graph as its own {target.execution_provider} session with embedded "
+                             "initializers; sharing them between sessions (SessionOptions.add_initializer) is not implemented")
+    if not acc:
+        note = f"the {target.accelerator.kind} accelerator of {target.name} has no weight sharing"
+    elif not rec:
+        note = f"recipe {recipe.name} builds no weight-shared graphs"
+    return {"accelerator": acc, "recipe": rec, "toolchain": tool, "used": acc and rec and tool, "note": note}
+
+
 def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[GraphCost], artifacts: list[ArtifactPlan]) -> dict:
     bpw = precision.bytes_per_weight
     act_bytes = precision.act_bits // 8
-    shared = target.accelerator.weight_sharing and recipe.cost.shares_weights
+    sharing = weight_sharing(recipe, target)
+    shared = sharing["used"]
+    per_set: dict[str, int] = {}
+    for a in artifacts:
+        key = (a.weight_set, a.part, a.layers)
+        per_set[str(key)] = max(per_set.get(str(key), 0), a.weight_bytes)
+    shared_weights = sum(per_set.values())
+    all_graphs = sum(a.weight_bytes for a in artifacts)
+    # Without sharing, only the active bucket's stack graphs need to be resident: the KV state is
+    # runtime-owned, so at a bucket transition the runtime releases the old bucket's sessions and
+    # loads the next ones (recorded as the residency rule and its transition load, never assumed silently).
+    by_bucket: dict[int, int] = {}
+    for a in artifacts:
+        if a.role in ("prefill", "decode"):
+            by_bucket[a.context] = by_bucket.get(a.context, 0) + a.weight_bytes
+    unbucketed = sum(a.weight_bytes for a in artifacts if a.role not in ("prefill", "decode"))
     if shared:
-        per_set: dict[str, int] = {}
-        for a in artifacts:
-            key = (a.weight_set, a.part, a.layers)
-            per_set[str(key)] = max(per_set.get(str(key), 0), a.weight_bytes)
-        weights = sum(per_set.values())
+        residency = {"policy": "all-buckets", "rule": "every graph stays loaded; one weight copy is shared between them",
+                     "transition_load_bytes": 0}
+        weights = shared_weights
+    elif len(by_bucket) > 1:
+        residency = {"policy": "active-bucket",
+                     "rule": ("keep the unbucketed graphs (embedding, head, encoders) and the prefill/decode graphs of the active "
+                              "context bucket loaded; on a move to a larger bucket, release the old bucket's sessions, then load "
+                              "the new ones (the KV buffers are runtime-owned and survive the swap)"),
+                     "transition_load_bytes": max(by_bucket.values())}
+        weights = unbucketed + max(by_bucket.values())
     else:
-        weights = sum(a.weight_bytes for a in artifacts)
+        residency = {"policy": "all-buckets", "rule": "every graph stays loaded, each with its own weights", "transition_load_bytes": 0}
+        weights = all_graphs
     seen_sets: dict[str, int] = {}
     for g in graphs:
         seen_sets.setdefault(g.weight_set, g.params)
@@ -173,9 +227,18 @@ def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[G
     base = max(steady, loading)
     margin = int(base * SAFETY_MARGIN)
     required = base + margin
+    # what sharing would save where only the toolchain stands in the way (reported, not assumed)
+    if not shared and sharing["accelerator"] and sharing["recipe"] and weights > shared_weights:
+        delta = weights - shared_weights
+        required_if_shared = int((max(steady - delta, loading - delta)) * (1 + SAFETY_MARGIN))
+    else:
+        required_if_shared = None
     mem = {
         "weights_bytes": weights,
+        "weights_all_graphs_bytes": all_graphs,
+        "residency": residency,
         "weights_shared_between_graphs": shared,
+        "weight_sharing": sharing,
         "weight_bytes_per_parameter": bpw,
         **nominal,
         "state_bytes_by_context": {str(c): b for c, b in state_by_ctx.items()},
@@ -187,6 +250,7 @@ def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[G
         "steady_bytes": steady,
         "safety_margin_bytes": margin,
         "required_bytes": required,
+        "required_bytes_if_weights_shared": required_if_shared,
         "budget_kind": "vram" if target.vram_bytes is not None else "shared-ram",
         "budget_bytes": target.budget_bytes,
         "ram_bytes": target.ram_bytes,
@@ -263,12 +327,17 @@ def make_plan(
             name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
             artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
     memory = _memory(recipe, target, p, graphs, artifacts)
-    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked))
+    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix))
     kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing)
     if memory["required_bytes"] > memory["budget_bytes"]:
+        alt = memory["required_bytes_if_weights_shared"]
+        why = ""
+        if alt is not None and alt <= memory["budget_bytes"]:
+            why = (f"; with one weight copy shared between graphs it would need {gib(alt)} and fit, but weight sharing is not "
+                   f"usable: {memory['weight_sharing']['note']}")
         return reject(
             "capacity",
-            f"{recipe.name} {wanted} needs {gib(memory['required_bytes'])} (weights {gib(memory['weights_bytes'])}, "
+            f"{recipe.name} {wanted} needs {gib(memory['required_bytes'])}{why} (weights {gib(memory['weights_bytes'])}, "
             f"state {gib(max(memory['state_bytes'], memory['state_transition_bytes']))}, loading peak {gib(memory['loading_peak_bytes'])}, "
             f"margin {gib(memory['safety_margin_bytes'])}); {target.name} has {gib(memory['budget_bytes'])} "
             f"({memory['budget_kind']}: {gib(target.vram_bytes or target.ram_bytes)} less {gib(0 if target.vram_bytes else target.os_reserved_bytes)} for the OS)",

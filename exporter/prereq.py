@@ -54,10 +54,11 @@ def _providers() -> set[str]:
     return names
 
 
-def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: str | None) -> list[Prerequisite]:
+def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: str | None,
+                blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter") -> list[Prerequisite]:
     out: list[Prerequisite] = []
     if recipe_blocked:
-        out.append(Prerequisite("recipe export path", recipe_blocked, "the recipe's issue adds its checkpoint pin and exporter"))
+        out.append(Prerequisite("recipe export path", recipe_blocked, blocked_fix))
     if fmt not in IMPLEMENTED_FORMATS:
         out.append(Prerequisite(f"{fmt} backend", f"edge-export does not build {fmt} artifacts yet", PLANNED_FORMATS.get(fmt, "not planned")))
     if not precision.implemented:

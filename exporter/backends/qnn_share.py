@@ -1,0 +1,67 @@
+"""Weight-shared QNN contexts through ONNX Runtime (``ep.share_ep_contexts``), and a probe of whether they load.
+
+Compiling several QDQ graphs in one sharing group writes one context binary holding every
+graph, with identical weights stored once; each EPContext model points at that binary.
+The probe opens such a context in a child process (a crash in the QNN backend must not
+take the caller down) and reports what happened. The planner's table of unusable
+toolchains (exporter/plan.py) is checked against this probe by the tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def compile_shared(sources: list[Path], out_dir: Path, graph_names: list[str], accelerator: dict) -> list[Path]:
+    """One sharing group: every source compiled into EPContext models over a single shared .bin."""
+    import onnxruntime as ort
+
+    from exporter.runtime import qnn_devices, qnn_provider_options
+
+    devices, qnn = qnn_devices(ort)
+    out = []
+    for i, (src, name) in enumerate(zip(sources, graph_names)):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(out_dir / f"{name}.onnx"))
+        so.add_session_config_entry("ep.context_embed_mode", "0")
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        if i == len(sources) - 1:
+            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+        so.add_provider_for_devices(devices, qnn_provider_options(accelerator, qnn))
+        ort.InferenceSession(str(src), sess_options=so)
+        out.append(out_dir / f"{name}.onnx")
+    return out
+
+
+_LOADER = """
+import sys, numpy as np, onnxruntime as ort, json
+from exporter.runtime import qnn_devices, qnn_provider_options
+acc = json.loads(sys.argv[1])
+devices, qnn = qnn_devices(ort)
+for path in sys.argv[2:]:
+    so = ort.SessionOptions(); so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_session_config_entry("ep.share_ep_contexts", "1")
+    so.add_provider_for_devices(devices, qnn_provider_options(acc, qnn))
+    s = ort.InferenceSession(path, sess_options=so)
+    feeds = {i.name: np.zeros(i.shape, np.int32 if "int32" in i.type else np.float32) for i in s.get_inputs()}
+    s.run(None, feeds)
+print("LOADED", len(sys.argv) - 2)
+"""
+
+
+def probe_load(models: list[Path], accelerator: dict, timeout_s: int = 120) -> dict:
+    """Open and run every EPContext model of a sharing group in a child process."""
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", _LOADER, json.dumps(accelerator), *map(str, models)], capture_output=True, text=True,
+                       timeout=timeout_s, cwd=root)
+    ok = p.returncode == 0 and f"LOADED {len(models)}" in p.stdout
+    tail = (p.stderr.strip().splitlines() or [""])[-1][:300]
+    return {"loaded": ok, "returncode": p.returncode, "detail": "" if ok else (f"signal {-p.returncode}" if p.returncode < 0 else tail)}
