@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 from exporter.pipeline import host_abi
+from manifests import manifest
 from manifests.records import read_records, write_record
+from manifests.signing import sign_bundle
 from verify.matrix import _target_status, build_matrix, render_html, render_markdown
 
 
@@ -47,8 +49,19 @@ def test_joint_route_is_as_far_as_its_least_advanced_deployment(tmp_path):
 def test_bundle_status_is_rechecked_through_the_gate(built, out_root, dev_keys, tmp_path):
     records = read_records(out_root)
     cpu = _target_status("tiny-lm", "cpu-x86-linux", out_root, dev_keys.public, None, records)
+    # a verified bundle built from a generated tiny checkpoint does not qualify the family
+    assert cpu["status"] == "unqualified" and "synthetic" in cpu["detail"]
+    # the same bundle, re-signed as if it held the family's real weights, does (on its own host)
+    real = tmp_path / "real" / "bundle"
+    shutil.copytree(built[("cpu", "fp32")].bundle, real)
+    data = manifest.load(real)
+    data["checkpoint"]["synthetic"] = False
+    manifest.write(real, data)
+    sign_bundle(real, dev_keys.private)
+    write_record(tmp_path / "real", "tiny-lm", "cpu-x86-linux", "fp32", "verified", reason="pass", bundle=str(real))
+    st = _target_status("tiny-lm", "cpu-x86-linux", tmp_path / "real", dev_keys.public, None, read_records(tmp_path / "real"))
     on_target = host_abi() == ("linux", "linux-x86_64")
-    assert cpu["status"] == ("functionally-qualified" if on_target else "unqualified")
+    assert st["status"] == ("functionally-qualified" if on_target else "unqualified")
     htp = _target_status("tiny-lm", "qcs6490", out_root, dev_keys.public, None, records)
     assert htp["status"] == "unqualified" and "simulator" in htp["detail"]
     # a bundle altered after signing fails the gate; the matrix says so instead of trusting its record

@@ -47,13 +47,17 @@ def _target_status(family: str, target: str, out_root: Path, public_key: Path | 
                     raise EdgeExportError("no public key to check the bundle's signature with", "pass --public-key")
                 opened = gate.check_bundle(Path(r["bundle"]), public_key, target)
                 v = opened.manifest.get("verification", {})
-                if v.get("on_target"):
+                gaps = []
+                if opened.manifest["checkpoint"].get("synthetic"):
+                    gaps.append(f"built from a synthetic tiny checkpoint ({opened.manifest['checkpoint']['revision']}), not the family's weights")
+                if not v.get("on_target"):
+                    gaps.append("off-target: " + (v.get("note") or f"measured on {v.get('host_os')}/{v.get('host_abi')}, not on the target"))
+                if gaps:
+                    cell |= {"status": "unqualified", "detail": "artifact verified, but " + "; ".join(gaps)}
+                    rank = "unqualified-verified"
+                else:
                     cell |= {"status": "functionally-qualified", "detail": f"parity passed on {v.get('host_abi')} ({opened.manifest['bundle']['precision']})"}
                     rank = "functionally-qualified"
-                else:
-                    why = v.get("note") or f"measured on {v.get('host_os')}/{v.get('host_abi')}, not on the target"
-                    cell |= {"status": "unqualified", "detail": f"artifact verified off-target: {why}"}
-                    rank = "unqualified-verified"
             except EdgeExportError as e:
                 cell |= {"status": "attempted-failed", "stage": "gate", "detail": f"bundle fails the gate: {e.message}", "next_repair": e.hint}
                 rank = "attempted-failed"
