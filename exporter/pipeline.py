@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from exporter import versions
 from exporter.atomic import staging_dir

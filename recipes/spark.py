@@ -18,12 +18,11 @@ synthesised deterministically (6 layers, window 32, vocab 512) and pinned, and
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from recipes.base import Bucket, CheckpointPin, Component, Recipe, TensorSpec, Thresholds
 from recipes.cost import CostModel, GraphCost, kv_state
 from recipes.shapes import gemma3_text_tensor_shapes, split_by_layer
+from recipes.synth import write_seeded_checkpoint
 
 LADDER = (1, 2, 4, 8)
 PATTERN = 6  # every 6th layer is global
@@ -223,25 +222,19 @@ THRESHOLDS = {
 }
 
 
+def _init(name: str, shape, rng):
+    import numpy as np
+
+    if name.endswith("norm.weight"):  # Gemma norms scale by (1 + w)
+        return 0.1 * rng.standard_normal(shape)
+    if name == "model.embed_tokens.weight":  # scaled by sqrt(hidden) in the model; also the tied head
+        return rng.standard_normal(shape) * (4.0 / shape[1] ** 0.5)
+    return rng.standard_normal(shape) / np.sqrt(shape[1])
+
+
 def synthesize(directory: object, cfg: dict = TINY_CONFIG, seed: int = SEED) -> None:
     """Write config.json and model.safetensors of a seeded Gemma3ForCausalLM checkpoint."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    out = Path(str(directory))
-    out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.Generator(np.random.PCG64(seed))
-    tensors = {}
-    for name, shape in sorted(gemma3_text_tensor_shapes(cfg).items()):
-        if name.endswith("norm.weight"):  # Gemma norms scale by (1 + w)
-            arr = 0.1 * rng.standard_normal(shape)
-        elif name == "model.embed_tokens.weight":  # scaled by sqrt(hidden) in the model; also the tied head
-            arr = rng.standard_normal(shape) * (4.0 / cfg["hidden_size"] ** 0.5)
-        else:
-            arr = rng.standard_normal(shape) / np.sqrt(shape[1])
-        tensors[name] = np.ascontiguousarray(arr.astype(np.float32))
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    write_seeded_checkpoint(directory, cfg, gemma3_text_tensor_shapes(cfg), seed, _init)
 
 
 TINY_PIN = CheckpointPin(

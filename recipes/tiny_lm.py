@@ -8,13 +8,12 @@ every machine; ``tests/test_tiny_lm.py`` proves it.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
 from recipes.cost import CostModel, decoder_graphs, kv_state
 from recipes.lm import lm_components, lm_state_layout
 from recipes.shapes import qwen3_tensor_shapes
+from recipes.synth import write_seeded_checkpoint
 
 SEED = 20261202
 
@@ -46,27 +45,20 @@ PREFILL = Bucket(ar=32, context=CONTEXT)
 DECODE = Bucket(ar=1, context=CONTEXT)
 
 
+def _init(name: str, shape, rng):
+    import numpy as np
+
+    if name.endswith("norm.weight"):
+        return 1.0 + 0.1 * rng.standard_normal(shape)
+    if name == "model.embed_tokens.weight":
+        return rng.standard_normal(shape)
+    arr = rng.standard_normal(shape) / np.sqrt(shape[1])  # projections: unit-gain fan-in scaling gives peaked, stable logits
+    return arr * 4.0 if name == "lm_head.weight" else arr
+
+
 def synthesize(directory: object, cfg: dict = CONFIG, seed: int = SEED) -> None:
     """Write config.json and model.safetensors of a seeded checkpoint into `directory`."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    out = Path(str(directory))
-    out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.Generator(np.random.PCG64(seed))
-    tensors = {}
-    for name, shape in sorted(qwen3_tensor_shapes(cfg).items()):
-        if name.endswith("norm.weight"):
-            arr = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif name == "model.embed_tokens.weight":
-            arr = rng.standard_normal(shape)
-        else:  # projections: unit-gain fan-in scaling gives peaked, stable logits
-            arr = rng.standard_normal(shape) / np.sqrt(shape[1])
-            if name == "lm_head.weight":
-                arr *= 4.0
-        tensors[name] = np.ascontiguousarray(arr.astype(np.float32))
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    write_seeded_checkpoint(directory, cfg, qwen3_tensor_shapes(cfg), seed, _init)
 
 
 PIN = CheckpointPin(

@@ -12,7 +12,7 @@ from exporter.plan import make_plan
 from exporter.targets import GiB, all_targets, get_target
 from recipes import FAMILIES, get_recipe, recipe_names
 from recipes.base import Bucket
-from recipes.cost import CostModel, GraphCost
+from recipes.cost import GraphCost
 
 
 @pytest.mark.parametrize("recipe", recipe_names())

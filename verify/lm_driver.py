@@ -14,6 +14,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from verify.sampler import greedy_decode
+
 
 class Runner(Protocol):
     def run(self, output_names, feeds: dict) -> list: ...
@@ -108,12 +110,16 @@ class StepRecord:
     outputs: dict[str, np.ndarray]
 
 
-def call(runner: Runner, graph: GraphSpec, state: KVState, tokens: list[int]) -> dict[str, np.ndarray]:
+def call(runner: Runner, graph: GraphSpec, state: KVState, tokens: list[int], name: str,
+         on_step: Callable[[StepRecord], None] | None = None) -> np.ndarray:
+    """One call carrying `tokens`: run the graph, write the new KV rows, return the last real token's logits."""
+    n_past = state.n_past
     feeds = step_feeds(graph, state, tokens)
-    values = runner.run(graph.outputs, feeds)
-    outputs = dict(zip(graph.outputs, values))
-    state.write(outputs, len(tokens))
-    return outputs
+    values = dict(zip(graph.outputs, runner.run(graph.outputs, feeds)))
+    state.write(values, len(tokens))
+    if on_step:
+        on_step(StepRecord(name, n_past, len(tokens), feeds, values))
+    return values["logits"][0, len(tokens) - 1]
 
 
 def generate(
@@ -133,30 +139,7 @@ def generate(
     """
     state = KVState(layout)
     pre, dec = graphs["prefill"], graphs["decode"]
-    logits_out: list[np.ndarray] = []
     last = None
     for start in range(0, len(prompt), pre.ar):
-        chunk = prompt[start : start + pre.ar]
-        n_past = state.n_past
-        feeds = step_feeds(pre, state, chunk)
-        values = dict(zip(pre.outputs, runners["prefill"].run(pre.outputs, feeds)))
-        state.write(values, len(chunk))
-        if on_step:
-            on_step(StepRecord("prefill", n_past, len(chunk), feeds, values))
-        last = values["logits"][0, len(chunk) - 1]
-    tokens: list[int] = []
-    for i in range(steps):
-        logits_out.append(last)
-        tok = int(np.argmax(last))
-        tokens.append(tok)
-        if i == steps - 1:
-            break
-        feed_tok = forced[i] if forced is not None else tok
-        n_past = state.n_past
-        feeds = step_feeds(dec, state, [feed_tok])
-        values = dict(zip(dec.outputs, runners["decode"].run(dec.outputs, feeds)))
-        state.write(values, 1)
-        if on_step:
-            on_step(StepRecord("decode", n_past, 1, feeds, values))
-        last = values["logits"][0, 0]
-    return tokens, logits_out
+        last = call(runners["prefill"], pre, state, prompt[start : start + pre.ar], "prefill", on_step)
+    return greedy_decode(last, steps, lambda tok: call(runners["decode"], dec, state, [tok], "decode", on_step), forced)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from recipes.base import Thresholds
 from verify.drivers import driver_for

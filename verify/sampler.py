@@ -14,6 +14,22 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(np.asarray(logits).reshape(-1)))
 
 
+def greedy_decode(last: np.ndarray, steps: int, advance, forced: list[int] | None = None) -> tuple[list[int], list[np.ndarray]]:
+    """`steps` greedy tokens from the logits `last`; `advance(token)` runs one decode call and returns its logits.
+
+    With `forced` (teacher forcing) forced[i] is fed back instead of the argmax; the argmax is still returned.
+    """
+    tokens: list[int] = []
+    logits: list[np.ndarray] = []
+    for i in range(steps):
+        logits.append(last)
+        tokens.append(greedy(last))
+        if i == steps - 1:
+            break
+        last = advance(forced[i] if forced is not None else tokens[-1])
+    return tokens, logits
+
+
 def sample(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0, seed: int = 0) -> tuple[int, float]:
     z = np.asarray(logits, dtype=np.float64).reshape(-1)
     if not temperature > 0:

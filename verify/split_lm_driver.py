@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 
+from verify.sampler import greedy_decode
+
 from verify.lm_driver import Runner, StepRecord
 
 
@@ -186,13 +188,4 @@ def generate(
     last = None
     for start in range(0, len(prompt), ar):
         last = call(runners, graphs, state, prompt[start : start + ar], "prefill", on_step)
-    tokens: list[int] = []
-    logits: list[np.ndarray] = []
-    for i in range(steps):
-        logits.append(last)
-        tok = int(np.argmax(last))
-        tokens.append(tok)
-        if i == steps - 1:
-            break
-        last = call(runners, graphs, state, [forced[i] if forced is not None else tok], "decode", on_step)
-    return tokens, logits
+    return greedy_decode(last, steps, lambda tok: call(runners, graphs, state, [tok], "decode", on_step), forced)

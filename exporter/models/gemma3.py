@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from exporter.models.qwen3 import rotary_tables, swap_halves
+from exporter.models.ops import grouped_attention, rotary_tables, swap_halves
 
 
 def gemma_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -97,7 +97,6 @@ class Gemma3Stack(nn.Module):
             cos = nn.functional.embedding(position_ids, getattr(self, f"cos_{kind}")).unsqueeze(1)
             sin = nn.functional.embedding(position_ids, getattr(self, f"sin_{kind}")).unsqueeze(1)
             tables[kind] = (cos, sin)
-        group = self.n_heads // self.n_kv
         h = hidden
         new_kv = []
         for slot, i in enumerate(range(self.start, self.end)):
@@ -112,14 +111,7 @@ class Gemma3Stack(nn.Module):
             v = self._heads(attn.v_proj(x), self.n_kv)
             q = q * cos + swap_halves(q) * sin
             k = k * cos + swap_halves(k) * sin
-            keys = torch.cat([past[2 * slot], k], dim=2)
-            values = torch.cat([past[2 * slot + 1], v], dim=2)
-            outs = []
-            for j in range(self.n_kv):
-                qj = q[:, j * group : (j + 1) * group]
-                scores = torch.matmul(qj, keys[:, j : j + 1].transpose(2, 3)) * self.scaling + mask
-                outs.append(torch.matmul(torch.softmax(scores, dim=-1), values[:, j : j + 1]))
-            o = torch.cat(outs, dim=1).transpose(1, 2).reshape(1, self.ar, self.n_heads * self.head_dim)
+            o = grouped_attention(q, k, v, past[2 * slot], past[2 * slot + 1], mask, self.scaling)
             h = h + gemma_norm(attn.o_proj(o), layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
             x = gemma_norm(h, layer.pre_feedforward_layernorm.weight, self.eps)
