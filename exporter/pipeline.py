@@ -96,6 +96,7 @@ class Context:
     _feeds: dict | None = None
     current: str = "resolve"  # the stage running now (named in a failure record)
     components: tuple = ()  # the recipe's graphs as the plan cuts them (layer-range parts)
+    component_extra: dict = field(default_factory=dict)  # per-component manifest fields a backend adds (kernel libraries)
 
     def __post_init__(self):
         if not self.components:
@@ -108,7 +109,8 @@ class Context:
     def manifest_components(self) -> list[dict]:
         from dataclasses import replace
 
-        return replace(self.recipe, components=self.components).to_json()["components"]
+        comps = replace(self.recipe, components=self.components).to_json()["components"]
+        return [{**c, **self.component_extra.get(c["name"], {})} for c in comps]
 
     def calibration(self):
         """The one calibration set of this build: it fills the largest context bucket."""
@@ -151,15 +153,57 @@ def _cpu_target() -> dict:
     return get_target("cpu").to_json()
 
 
-def _runners(paths: dict[str, Path], target: dict) -> tuple[dict, dict]:
+def _runners(paths: dict[str, Path], target: dict, components: list[dict] | None = None) -> tuple[dict, dict]:
     from exporter.runtime import open_session
 
+    specs = {c["name"]: c for c in components or []}
     runners, placement = {}, {}
     for name, p in paths.items():
+        if Path(p).suffix == ".pte":
+            from exporter.backends.executorch_export import PteRunner
+
+            c = specs[name]
+            runners[name] = PteRunner(p, [t["name"] for t in c["inputs"]], [t["name"] for t in c["outputs"]], c.get("kernel_libraries", ()))
+            continue
         sess, pl = open_session(p, target)
         runners[name] = sess
         placement[name] = pl
     return runners, placement
+
+
+EXECUTORCH_TOOLS = ("torch", "executorch", "torchao", "transformers", "safetensors")
+
+
+def program_constants(ctx: "Context", comp) -> dict[str, int]:
+    """The metadata methods every program carries, checked against the manifest at load time."""
+    cfg = ctx.recipe.model_config
+    layers = (comp.layers[1] - comp.layers[0]) if comp.layers else cfg["num_hidden_layers"]
+    return {"get_max_context_len": comp.bucket.context, "get_ar": comp.bucket.ar, "get_n_layers": layers, "get_vocab_size": cfg["vocab_size"]}
+
+
+def stage_lower_executorch(ctx: "Context") -> tuple[dict[str, Path], dict[str, dict]]:
+    """One load-checked .pte per component (quantized in the lowering); returns paths and lowering reports."""
+    from exporter.backends.executorch_export import load_check, lower
+
+    precision = ctx.plan.precision
+    out, reports = {}, {}
+    mcomps = {c["name"]: c for c in ctx.manifest_components()}
+    for comp in ctx.components:
+        constants = program_constants(ctx, comp)
+        inputs = {"checkpoint": ctx.ckpt.digest, "architecture": ctx.recipe.architecture, "model_config": ctx.recipe.model_config,
+                  "component": mcomps[comp.name], "precision": precision, "constants": constants,
+                  "tools": ctx.tool_subset(EXECUTORCH_TOOLS), "code": code_digest()}
+
+        def build(tmp: Path, comp=comp, constants=constants) -> dict:
+            lowered = lower(ctx.step_module(comp), comp, precision, tmp / f"{comp.graph_name}.pte", constants)
+            return {**lowered.info, "load_check": load_check(lowered.path, constants, [t.name for t in comp.inputs], lowered.info["kernel_libraries"])}
+
+        with ctx.timed("lower", f"{comp.graph_name} -> ExecuTorch XNNPACK ({precision})"):
+            r = ctx.cache.run("lower-executorch", inputs, build)
+        ctx.hits[f"lower/{comp.name}"] = r.hit
+        out[comp.name] = r.path / r.info["entry"]
+        reports[comp.name] = r.info
+    return out, reports
 
 
 def stage_export(ctx: Context) -> dict[str, Path]:
@@ -287,6 +331,8 @@ def _verification_stages(ctx: Context, fp32, quantized, final) -> list[tuple[str
     """(stage name, paths, precision, target json) to measure, in pipeline order."""
     cpu = _cpu_target()
     p = ctx.plan.precision
+    if ctx.plan.format == "executorch":
+        return [("program", final, p, ctx.target.to_json())]
     stages = [("float-export", fp32, "fp32", cpu)]
     if p != "fp32":
         if ctx.plan.format == "qnn-context":
@@ -324,10 +370,11 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
         reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
         results, placement = [], {}
         for name, paths, precision, target in stages:
-            with ctx.reporter.stage("verify", f"{name} on {target['execution_provider']}"):
-                runners, pl = _runners(paths, target)
+            with ctx.reporter.stage("verify", f"{name} on " + ("ExecuTorch" if ctx.plan.format == "executorch" else target["execution_provider"])):
+                runners, pl = _runners(paths, target, ctx.manifest_components())
+                provider = "executorch:XnnpackBackend" if ctx.plan.format == "executorch" else target["execution_provider"]
                 res = measure_stage(
-                    name, target["execution_provider"], precision, runners, ctx.manifest_components(),
+                    name, provider, precision, runners, ctx.manifest_components(),
                     ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
                     ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
                 )
@@ -355,7 +402,7 @@ def _bundle_files(ctx: Context, final: dict[str, Path], staging: Path) -> list[d
                 shutil.copy2(src.parent / n, staging / n)
             entry, files = src.name, names
         else:
-            entry = f"{comp.graph_name}.onnx"
+            entry = f"{comp.graph_name}{src.suffix}"
             shutil.copy2(src, staging / entry)
             files = [entry]
         comps.append({**cj, "entry": entry, "files": files})
@@ -387,6 +434,11 @@ def _existing_matches(bundle: Path, build_key: str, public_key: Path) -> bool:
         return False
 
 
+def bundle_variant(plan, target: Target) -> str:
+    """Bundle and record name: the precision, prefixed by the format where it is not the target's default."""
+    return plan.precision if plan.format == target.formats[0] else f"{plan.format}-{plan.precision}"
+
+
 def build_one(
     recipe: Recipe,
     target: Target,
@@ -408,7 +460,7 @@ def build_one(
     reporter = reporter or Reporter()
     out_root = Path(out_root)
     plan = make_plan(recipe, target, precision, context, fmt, requested_target)
-    rec = dict(plan=plan.to_json(), command=command)
+    rec = dict(plan=plan.to_json(), command=command, variant=bundle_variant(plan, target))
     if not plan.admitted:
         r = plan.rejection
         path = write_record(out_root, recipe.name, target.name, plan.precision, "rejected", code=r.code, reason=r.reason, fix=r.fix, stage="plan", **rec)
@@ -416,11 +468,11 @@ def build_one(
     if plan.missing:
         m = plan.missing
         path = write_record(out_root, recipe.name, target.name, plan.precision, "missing-prerequisite", code="missing-prerequisite",
-                            reason="; ".join(f"{x.name}: {x.reason}" for x in m), fix="; ".join(x.fix for x in m), stage="plan", **rec)
+                            reason="; ".join(f"{x.name}: {x.reason}" for x in m), fix="; ".join(dict.fromkeys(x.fix for x in m)), stage="plan", **rec)
         raise MissingPrerequisite(
             f"cannot build {recipe.name} for {target.name} ({plan.precision}) on this host: "
             + "; ".join(f"{x.name}: {x.reason}" for x in m) + f"; recorded in {path}",
-            "; ".join(x.fix for x in m),
+            "; ".join(dict.fromkeys(x.fix for x in m)),
         )
     holder: dict = {}
     try:
@@ -456,13 +508,26 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
     holder["ctx"] = ctx
     ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
 
-    fp32 = stage_export(ctx)
-    quantized, scheme = stage_quantize(ctx, fp32)
-    final = stage_compile(ctx, quantized)
+    if plan.format == "executorch":
+        from exporter.backends.executorch_export import METHODS
+
+        final, lowering = stage_lower_executorch(ctx)
+        ctx.component_extra = {n: {"kernel_libraries": r["kernel_libraries"]} for n, r in lowering.items()}
+        fp32 = quantized = final
+        scheme = {"precision": plan.precision, "scheme": METHODS[plan.precision], "backend": "XnnpackBackend", "calibration": None,
+                  "programs": lowering}
+    else:
+        fp32 = stage_export(ctx)
+        quantized, scheme = stage_quantize(ctx, fp32)
+        final = stage_compile(ctx, quantized)
     summary, placement = stage_verify(ctx, fp32, quantized, final)
+    if plan.format == "executorch":
+        placement = {n: {"by_provider": {"XnnpackBackend": r["delegation"]["delegated_nodes"], "portable": r["delegation"]["non_delegated_nodes"]},
+                         "delegated_share": r["delegation"]["delegated_share"], "not_delegated": r["delegation"]["not_delegated"]}
+                     for n, r in lowering.items()}
     memory = stage_memory(ctx, final)
 
-    bundle = out_root / recipe.name / target.name / plan.precision
+    bundle = out_root / recipe.name / target.name / bundle_variant(plan, target)
     passed = summary["verdict"] == "pass"
     dest = bundle if passed else bundle.with_name(bundle.name + ".failed")
     build_key = sha256_json({
@@ -540,20 +605,21 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
     return BuildResult(recipe.name, target.name, plan.precision, status, dest, summary, ctx.timings, ctx.hits)
 
 
-def precisions_for(recipe: Recipe, target: Target, precision: str | None) -> list[str | None]:
+def precisions_for(recipe: Recipe, target: Target, precision: str | None, fmt: str | None = None) -> list[str | None]:
     if precision:
         return [precision]
-    return list(recipe.precisions_for(target)) or [None]
+    return list(recipe.precisions_for(target, fmt or target.formats[0])) or [None]
 
 
-def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, **kw) -> list[BuildResult]:
+def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, fmt: str | None = None,
+          **kw) -> list[BuildResult]:
     recipe = get_recipe(recipe_name)
     if kw.get("checkpoint") is not None and recipe.variant_for is not None:
         recipe = recipe.variant_for(read_checkpoint_config(Path(kw["checkpoint"])))
     target = get_target(target_name)
     if ram_gib is not None:
         target = target.with_ram(ram_gib)
-    return [build_one(recipe, target, p, requested_target=target_name, **kw) for p in precisions_for(recipe, target, precision)]
+    return [build_one(recipe, target, p, requested_target=target_name, fmt=fmt, **kw) for p in precisions_for(recipe, target, precision, fmt)]
 
 
 def read_checkpoint_config(directory: Path) -> dict:
@@ -597,6 +663,9 @@ def stage_memory(ctx: Context, final: dict[str, Path]) -> dict:
 
     inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": ctx.target.to_json(),
               "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
+    if ctx.plan.format == "executorch":
+        measured = {"method": "not measured: the memory probe opens ONNX Runtime sessions; an ExecuTorch probe is not implemented"}
+        return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}
     with ctx.timed("memory", "peak resident memory of opening and running every graph"):
         r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), ctx.target.to_json(), ctx.recipe.state_layout)})
     ctx.hits["memory"] = r.hit

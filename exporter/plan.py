@@ -273,11 +273,11 @@ def make_plan(
 ) -> Plan:
     from exporter.errors import UnknownNameError
 
-    offered = recipe.precisions_for(target)
+    fmt = fmt or target.formats[0]
+    offered = recipe.precisions_for(target, fmt)
     wanted = precision or (offered[0] if offered else (target.precisions[0] if target.precisions else "fp32"))
     if wanted not in PRECISIONS:
         raise UnknownNameError("precision", wanted, sorted(PRECISIONS))
-    fmt = fmt or target.formats[0]
     requested = {"target": requested_target or target.name, "precision": precision, "context": context, "format": fmt, "ram_bytes": target.ram_bytes}
     head = dict(recipe=recipe.name, target=target.name, precision=wanted, format=fmt, requested=requested, cost_source=recipe.cost.source)
 
@@ -327,7 +327,7 @@ def make_plan(
             name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
             artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
     memory = _memory(recipe, target, p, graphs, artifacts)
-    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix))
+    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target.accelerator.kind))
     kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing)
     if memory["required_bytes"] > memory["budget_bytes"]:
         alt = memory["required_bytes_if_weights_shared"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-# formats the exporter builds today, and the issue that adds the others
-IMPLEMENTED_FORMATS = {"onnx": None, "qnn-context": None}
-PLANNED_FORMATS = {"executorch": "ExecuTorch .pte backend (issue #5)", "ryzenai-qdq": "Ryzen AI Quark QDQ backend (issue #9)"}
+# formats the exporter builds today (with the python modules each needs), and the issue that adds the others
+IMPLEMENTED_FORMATS = {"onnx": (), "qnn-context": (), "executorch": ("executorch", "torchao")}
+PLANNED_FORMATS = {"ryzenai-qdq": "Ryzen AI Quark QDQ backend (issue #9)"}
 PIP_FOR_MODULE = {
     "onnxruntime": "pip install 'edge-export[runtime]'",
     "onnxruntime_qnn": "pip install 'edge-export[qnn]'",
     "executorch": "pip install 'edge-export[executorch]'",
+    "torchao": "pip install 'edge-export[executorch]'",
     "quark": "pip install 'edge-export[ryzenai]'",
 }
 PROVIDER_FIX = {
@@ -54,18 +55,61 @@ def _providers() -> set[str]:
     return names
 
 
+# the QAIRT release executorch 1.5.1's QnnBackend is built against (executorch/backends/qualcomm/scripts/
+# download_qnn_sdk.py QNN_VERSION). With the QAIRT 2.51 that onnxruntime-qnn 2.7.0 ships, its HTP device
+# creation fails: "Failed to set scatter gather parameters: unknown custom config socModel 0", error 14001
+# (tests/test_executorch.py re-checks the version it reads from the installed executorch).
+EXECUTORCH_QAIRT = "2.37.0.250724"
+
+
+def qnn_sdk_build_id(root: str) -> str | None:
+    """The build id string inside $QNN_SDK_ROOT's host libQnnHtp.so (read, not loaded)."""
+    import re
+    from pathlib import Path
+
+    lib = Path(root) / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
+    try:
+        m = re.search(rb"v2\.\d+\.\d+\.\d{6,12}", lib.read_bytes())
+    except OSError:
+        return None
+    return m.group().decode() if m else "unknown"
+
+
+def executorch_qnn_missing(environ=None) -> list[Prerequisite]:
+    """What the ExecuTorch QNN delegate needs on this host, named exactly."""
+    import os
+
+    env = os.environ if environ is None else environ
+    want = f"QAIRT {EXECUTORCH_QAIRT} (the SDK executorch 1.5.1's QnnBackend is built against)"
+    fix = (f"install Qualcomm AI Runtime {EXECUTORCH_QAIRT}, export QNN_SDK_ROOT=<its root> and put "
+           "$QNN_SDK_ROOT/lib/x86_64-linux-clang on LD_LIBRARY_PATH; the QAIRT inside onnxruntime-qnn 2.7.0 (2.51) does not work with it")
+    root = env.get("QNN_SDK_ROOT")
+    if not root:
+        return [Prerequisite("QNN_SDK_ROOT", f"not set; the ExecuTorch QNN delegate needs {want}", fix)]
+    found = qnn_sdk_build_id(root)
+    if found is None:
+        return [Prerequisite("QNN_SDK_ROOT", f"{root}/lib/x86_64-linux-clang/libQnnHtp.so is missing; needs {want}", fix)]
+    if not found.startswith("v" + EXECUTORCH_QAIRT.rsplit(".", 1)[0]):
+        return [Prerequisite("QNN_SDK_ROOT", f"{root} holds QAIRT {found}; the ExecuTorch QNN delegate needs {want}", fix)]
+    return [Prerequisite("ExecuTorch QNN lowering", f"QAIRT {found} is present, but edge-export does not lower to the ExecuTorch QNN delegate yet",
+                         "build the HTP target as qnn-context (the default format), or add the QnnPartitioner path (issue #5 follow-up)")]
+
+
 def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: str | None,
-                blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter") -> list[Prerequisite]:
+                blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter", accelerator_kind: str = "cpu") -> list[Prerequisite]:
     out: list[Prerequisite] = []
+    if fmt == "executorch" and accelerator_kind == "htp":
+        out += executorch_qnn_missing()
     if recipe_blocked:
         out.append(Prerequisite("recipe export path", recipe_blocked, blocked_fix))
     if fmt not in IMPLEMENTED_FORMATS:
         out.append(Prerequisite(f"{fmt} backend", f"edge-export does not build {fmt} artifacts yet", PLANNED_FORMATS.get(fmt, "not planned")))
-    if not precision.implemented:
+    if not precision.implemented_for(fmt) and not (fmt == "executorch" and accelerator_kind == "htp"):
         out.append(Prerequisite(
-            f"{precision.name} quantizer", f"no backend produces {precision.name} ({precision.method}) yet",
-            "build a precision the exporter implements (fp32, int8, w8a16), or add the backend",
+            f"{precision.name} quantizer", f"no backend produces {precision.name} ({precision.method}) as {fmt} yet",
+            "build a precision the exporter implements (onnx: fp32, int8; qnn-context: w8a16; executorch: fp32, int8, 8da4w), or add the backend",
         ))
+    requires = tuple(requires) + tuple(f"module:{m}" for m in IMPLEMENTED_FORMATS.get(fmt, ()))
     providers = None
     for req in requires:
         kind, _, name = req.partition(":")

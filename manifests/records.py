@@ -21,6 +21,7 @@ SUFFIX = ".record.json"
 
 
 def record_path(out_root: Path, recipe: str, target: str, precision: str) -> Path:
+    """`precision` names the variant: the precision, or FORMAT-PRECISION for a target's non-default format."""
     return Path(out_root) / recipe / target / f"{precision}{SUFFIX}"
 
 
@@ -39,17 +40,19 @@ def write_record(
     plan: dict | None = None,
     command: str | None = None,
     bundle: str | None = None,
+    variant: str | None = None,
 ) -> Path:
     from exporter.atomic import write_text_atomic
 
     if status not in STATUSES:
         raise ValueError(f"unknown record status {status!r}")
-    path = record_path(out_root, recipe, target, precision)
+    path = record_path(out_root, recipe, target, variant or precision)
     rec = {
         "schema": RECORD_SCHEMA,
         "recipe": recipe,
         "target": target,
         "precision": precision,
+        "format": (plan or {}).get("format"),
         "status": status,
         "code": code,
         "stage": stage,

@@ -103,6 +103,12 @@ class Precision:
     def implemented(self) -> bool:
         return self.method in IMPLEMENTED_METHODS
 
+    def implemented_for(self, fmt: str) -> bool:
+        """Whether the exporter produces this scheme in `fmt` (the ExecuTorch backend has its own methods)."""
+        if fmt == "executorch":
+            return self.name in EXECUTORCH_PRECISIONS
+        return self.implemented
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -135,8 +141,10 @@ class Recipe:
             raise ValueError(f"recipe {self.name} cannot cut graphs into parts")
         return self.components_for(splits)
 
-    def precisions_for(self, target) -> tuple[str, ...]:
-        """Precisions defined for `target`: by exact name, then target family, then accelerator kind."""
+    def precisions_for(self, target, fmt: str | None = None) -> tuple[str, ...]:
+        """Precisions defined for `target`: by format (executorch), exact name, target family, accelerator kind."""
+        if fmt == "executorch":
+            return self.precisions.get(f"executorch:{target.accelerator.kind}", self.precisions.get("executorch", ()))
         for key in (target.name, target.family, target.accelerator.kind):
             if key in self.precisions:
                 return self.precisions[key]
@@ -184,6 +192,8 @@ class Recipe:
 
 
 IMPLEMENTED_METHODS = frozenset({"float", "ort-dynamic", "ort-qdq-static"})
+# what exporter/backends/executorch_export.py lowers (fp32; int8 through PT2E; 8da4w through torchao)
+EXECUTORCH_PRECISIONS = frozenset({"fp32", "int8", "8da4w"})
 
 PRECISIONS: dict[str, Precision] = {
     p.name: p
@@ -198,6 +208,10 @@ PRECISIONS: dict[str, Precision] = {
         Precision(
             "int4", "int4 blocks of 128 (symmetric, fp16 scales)", "float (unchanged)", "nncf-int4",
             "weight-only 4-bit (MatMulNBits); CPU, CUDA and DirectML", 4, 32, 128,
+        ),
+        Precision(
+            "8da4w", "int4 groups of 32 (symmetric), int4 embedding", "int8 dynamic (per token)", "torchao-8da4w",
+            "torchao 8-bit dynamic activations with 4-bit grouped weights (ExecuTorch XNNPACK)", 4, 8, 32,
         ),
         Precision("w8a8", "uint8 per-tensor", "uint8 static (calibrated)", "ort-qdq-static-a8", "calibrated QDQ, 8-bit weights and activations", 8, 8),
         Precision(

@@ -219,6 +219,8 @@ THRESHOLDS = {
     # measured on the tiny twin (6 layers in one stack graph, uint8 per-tensor weights): worst per-call cosine 0.956 on a
     # 16-wide KV row of the last layer, PSNR 23 dB; 128-token greedy agreement 1.0 on the HTP simulator
     "w8a16": Thresholds(min_cosine=0.95, min_psnr_db=20.0, max_abs=4.0, min_token_agreement=0.9, min_greedy_prefix=3),
+    # ExecuTorch 8da4w (4-bit grouped weights, 4-bit embedding): as tiny-lm's, set from measurement on random weights
+    "8da4w": Thresholds(min_cosine=0.93, min_psnr_db=18.0, max_abs=6.0, min_token_agreement=0.6, min_greedy_prefix=0),
 }
 
 
@@ -246,7 +248,7 @@ TINY_PIN = CheckpointPin(
     },
 )
 
-PRECISIONS = {"cpu": ("fp32", "int8"), "htp": ("w8a16",), "cuda": ("fp32",), "gpu": ("fp16",), "vitisai": ("w8a16",)}
+PRECISIONS = {"cpu": ("fp32", "int8"), "htp": ("w8a16",), "executorch": ("fp32", "int8", "8da4w"), "executorch:htp": ("w8a16",), "cuda": ("fp32",), "gpu": ("fp16",), "vitisai": ("w8a16",)}
 
 
 def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | None = None, synth=None, blocked_fix: str = "") -> Recipe:

@@ -117,12 +117,18 @@ def check_bundle(bundle: str | Path, public_key: str | Path, target: str) -> Ope
 
 
 def open_session(bundle: str | Path, public_key: str | Path, target: str, component: str, threads: int = 1):
-    """Verify `bundle` and return an onnxruntime.InferenceSession for `component`."""
+    """Verify `bundle` and return a loaded `component`: an onnxruntime.InferenceSession, or for an
+    ExecuTorch bundle a loaded program's ``forward`` behind the same ``run(output_names, feeds)`` call."""
     from exporter.runtime import open_session as _open
 
     opened = check_bundle(bundle, public_key, target)
     comp = opened.component(component)
     entry = mf.safe_relpath(opened.path, comp["entry"])
+    if opened.manifest["bundle"]["format"] == "executorch":
+        from exporter.backends.executorch_export import PteRunner
+
+        # loaded with Verification.InternalConsistency; the digest check above already covered the bytes
+        return PteRunner(entry, [t["name"] for t in comp["inputs"]], [t["name"] for t in comp["outputs"]], comp.get("kernel_libraries", ()))
     sess, placement = _open(entry, opened.manifest["target"], threads=threads)
     off = placement.nodes_not_on(opened.manifest["target"]["execution_provider"])
     if off:

@@ -18,22 +18,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from exporter.models.ops import grouped_attention, rotary_tables, swap_halves
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-
-def rotary_tables(head_dim: int, context: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
-    cos = torch.cat([freqs.cos(), freqs.cos()], dim=-1)
-    sin_signed = torch.cat([-freqs.sin(), freqs.sin()], dim=-1)
-    return cos, sin_signed
-
-
-def swap_halves(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([x[..., half:], x[..., :half]], dim=-1)
 
 
 class Qwen3Step(nn.Module):
@@ -57,11 +46,10 @@ class Qwen3Step(nn.Module):
         return x.view(1, self.ar, n, self.head_dim).transpose(1, 2)
 
     def forward(self, input_ids, position_ids, attention_mask, *past):
-        h = self.model.embed_tokens(input_ids)
+        h = nn.functional.embedding(input_ids, self.model.embed_tokens.weight)  # no padding_idx: ExecuTorch fuses only that form
         # Gather (not GatherND) so that int32 positions stay valid ONNX
         cos = nn.functional.embedding(position_ids, self.cos_table).unsqueeze(1)  # [1,1,ar,hd]
         sin = nn.functional.embedding(position_ids, self.sin_table).unsqueeze(1)
-        group = self.n_heads // self.n_kv
         scale = self.head_dim**-0.5
         new_kv = []
         for i, layer in enumerate(self.model.layers):
@@ -72,14 +60,7 @@ class Qwen3Step(nn.Module):
             v = self._heads(attn.v_proj(x), self.n_kv)
             q = q * cos + swap_halves(q) * sin
             k = k * cos + swap_halves(k) * sin
-            keys = torch.cat([past[2 * i], k], dim=2)
-            values = torch.cat([past[2 * i + 1], v], dim=2)
-            outs = []
-            for j in range(self.n_kv):
-                qj = q[:, j * group : (j + 1) * group]
-                scores = torch.matmul(qj, keys[:, j : j + 1].transpose(2, 3)) * scale + attention_mask
-                outs.append(torch.matmul(torch.softmax(scores, dim=-1), values[:, j : j + 1]))
-            o = torch.cat(outs, dim=1).transpose(1, 2).reshape(1, self.ar, self.n_heads * self.head_dim)
+            o = grouped_attention(q, k, v, past[2 * i], past[2 * i + 1], attention_mask, scale)
             h = h + attn.o_proj(o)
             x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
