@@ -210,13 +210,13 @@ def stage_export(ctx: Context) -> dict[str, Path]:
     from exporter.backends.onnx_export import export_component
 
     out = {}
-    mcomps = ctx.manifest_components()
+    mcomps = {c["name"]: c for c in ctx.manifest_components()}
     for comp in ctx.components:
         inputs = {
             "checkpoint": ctx.ckpt.digest,
             "architecture": ctx.recipe.architecture,
             "model_config": ctx.recipe.model_config,
-            "component": next(c for c in mcomps if c["name"] == comp.name),
+            "component": mcomps[comp.name],
             "tools": ctx.tool_subset(EXPORT_TOOLS),
             "code": code_digest(),
         }
@@ -370,9 +370,9 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
         reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
         results, placement = [], {}
         for name, paths, precision, target in stages:
-            with ctx.reporter.stage("verify", f"{name} on " + ("ExecuTorch" if ctx.plan.format == "executorch" else target["execution_provider"])):
+            provider = "executorch:XnnpackBackend" if ctx.plan.format == "executorch" else target["execution_provider"]
+            with ctx.reporter.stage("verify", f"{name} on {provider}"):
                 runners, pl = _runners(paths, target, ctx.manifest_components())
-                provider = "executorch:XnnpackBackend" if ctx.plan.format == "executorch" else target["execution_provider"]
                 res = measure_stage(
                     name, provider, precision, runners, ctx.manifest_components(),
                     ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
@@ -516,15 +516,17 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
         fp32 = quantized = final
         scheme = {"precision": plan.precision, "scheme": METHODS[plan.precision], "backend": "XnnpackBackend", "calibration": None,
                   "programs": lowering}
+        # placement of a program is its delegation, known from the lowering (the runtime reports none)
+        delegated = {n: {"by_provider": {"XnnpackBackend": r["delegation"]["delegated_nodes"], "portable": r["delegation"]["non_delegated_nodes"]},
+                         "delegated_share": r["delegation"]["delegated_share"], "not_delegated": r["delegation"]["not_delegated"]}
+                     for n, r in lowering.items()}
     else:
         fp32 = stage_export(ctx)
         quantized, scheme = stage_quantize(ctx, fp32)
         final = stage_compile(ctx, quantized)
+        delegated = None
     summary, placement = stage_verify(ctx, fp32, quantized, final)
-    if plan.format == "executorch":
-        placement = {n: {"by_provider": {"XnnpackBackend": r["delegation"]["delegated_nodes"], "portable": r["delegation"]["non_delegated_nodes"]},
-                         "delegated_share": r["delegation"]["delegated_share"], "not_delegated": r["delegation"]["not_delegated"]}
-                     for n, r in lowering.items()}
+    placement = delegated or placement
     memory = stage_memory(ctx, final)
 
     bundle = out_root / recipe.name / target.name / bundle_variant(plan, target)

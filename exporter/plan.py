@@ -29,7 +29,7 @@ from recipes.cost import GraphCost
 # re-runs the probe, so a fixed release turns that test red until this table is updated).
 QNN_WEIGHT_SHARING_UNUSABLE = {
     "2.7.0": ("onnxruntime-qnn 2.7.0 (QAIRT 2.51) writes a weight-shared context (ep.share_ep_contexts) but the x86 HTP "
-              "backend segfaults creating a session from it (LoadCachedQnnContextFromBuffer, 2 graphs); ORT PR #24962 "
+              "backend segfaults creating a session from it, even for a one-graph group (tests/test_weight_sharing.py); ORT PR #24962 "
               "reports the same contextCreateFromBinary failure"),
 }
 PINNED_ONNXRUNTIME_QNN = "2.7.0"

@@ -95,16 +95,17 @@ def executorch_qnn_missing(environ=None) -> list[Prerequisite]:
                          "build the HTP target as qnn-context (the default format), or add the QnnPartitioner path (issue #5 follow-up)")]
 
 
-def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: str | None,
-                blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter", accelerator_kind: str = "cpu") -> list[Prerequisite]:
+def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: str | None, blocked_fix: str,
+                accelerator_kind: str) -> list[Prerequisite]:
     out: list[Prerequisite] = []
-    if fmt == "executorch" and accelerator_kind == "htp":
+    qnn_delegate = fmt == "executorch" and accelerator_kind == "htp"  # its precisions are the delegate's, named below
+    if qnn_delegate:
         out += executorch_qnn_missing()
     if recipe_blocked:
         out.append(Prerequisite("recipe export path", recipe_blocked, blocked_fix))
     if fmt not in IMPLEMENTED_FORMATS:
         out.append(Prerequisite(f"{fmt} backend", f"edge-export does not build {fmt} artifacts yet", PLANNED_FORMATS.get(fmt, "not planned")))
-    if not precision.implemented_for(fmt) and not (fmt == "executorch" and accelerator_kind == "htp"):
+    if not precision.implemented_for(fmt) and not qnn_delegate:
         out.append(Prerequisite(
             f"{precision.name} quantizer", f"no backend produces {precision.name} ({precision.method}) as {fmt} yet",
             "build a precision the exporter implements (onnx: fp32, int8; qnn-context: w8a16; executorch: fp32, int8, 8da4w), or add the backend",

@@ -115,8 +115,7 @@ def _resolve_unpinned(recipe: Recipe, src_dir: Path, source: str, cache_root: Pa
     """A checkpoint for which the recipe has no pin: hash what a loader would read; build only if allowed."""
     names = ["config.json"] + sorted(p.name for p in src_dir.glob("*.safetensors")) + (
         ["model.safetensors.index.json"] if (src_dir / "model.safetensors.index.json").is_file() else [])
-    missing = [n for n in names[:1] if not (src_dir / n).is_file()]
-    if missing or len(names) < 2:
+    if not (src_dir / "config.json").is_file() or len(names) < 2:
         raise IntegrityError(f"{src_dir}: no config.json and *.safetensors to load", "point --checkpoint at a safetensors snapshot (pickle files are refused)")
     measured = {n: sha256_file(src_dir / n) for n in names}
     if not allow_unpinned:

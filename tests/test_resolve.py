@@ -71,3 +71,31 @@ def test_pickle_checkpoints_are_refused(snapshot, tmp_path):
     recipe = replace(RECIPE, pin=replace(RECIPE.pin, files={"pytorch_model.bin": "0" * 64}))
     with pytest.raises(IntegrityError, match="pickle"):
         resolve(recipe, tmp_path / "cache", checkpoint=snapshot)
+
+
+def test_checkpoint_without_a_pin_is_refused_unless_allowed(tmp_path):
+    """A spark-layout checkpoint the recipe has no pin for: named, hashed, refused; --allow-unpinned records it."""
+    from recipes.spark import TINY_CONFIG, for_checkpoint, synthesize
+
+    src = tmp_path / "ckpt"
+    synthesize(src, {**TINY_CONFIG, "sliding_window": 16})
+    recipe = for_checkpoint(json.loads((src / "config.json").read_text()))
+    assert recipe.pin is None
+    with pytest.raises(IntegrityError) as e:
+        resolve(recipe, tmp_path / "cache", checkpoint=src)
+    assert "has no pin" in e.value.message and str(src) in e.value.message and "--allow-unpinned" in e.value.hint
+    r = resolve(recipe, tmp_path / "cache", checkpoint=src, allow_unpinned=True)
+    assert not r.pinned and set(r.files) == {"config.json", "model.safetensors"} and not r.synthetic
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(IntegrityError, match="no config.json and \\*.safetensors"):
+        resolve(recipe, tmp_path / "cache", checkpoint=empty, allow_unpinned=True)
+
+
+def test_checkpoint_directory_without_config_is_a_usage_error(tmp_path):
+    from exporter.errors import UsageError
+    from exporter.pipeline import build
+
+    with pytest.raises(UsageError) as e:
+        build("spark", "sm8750", checkpoint=tmp_path, out_root=tmp_path / "out")
+    assert "config.json" in e.value.message and "--checkpoint" in e.value.hint

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from verify.sampler import greedy_decode
+from verify.sampler import prefill_then_decode
 
 
 class Runner(Protocol):
@@ -139,7 +139,5 @@ def generate(
     """
     state = KVState(layout)
     pre, dec = graphs["prefill"], graphs["decode"]
-    last = None
-    for start in range(0, len(prompt), pre.ar):
-        last = call(runners["prefill"], pre, state, prompt[start : start + pre.ar], "prefill", on_step)
-    return greedy_decode(last, steps, lambda tok: call(runners["decode"], dec, state, [tok], "decode", on_step), forced)
+    return prefill_then_decode(prompt, pre.ar, lambda chunk: call(runners["prefill"], pre, state, chunk, "prefill", on_step),
+                               lambda tok: call(runners["decode"], dec, state, [tok], "decode", on_step), steps, forced)

@@ -30,6 +30,15 @@ def greedy_decode(last: np.ndarray, steps: int, advance, forced: list[int] | Non
     return tokens, logits
 
 
+def prefill_then_decode(prompt: list[int], ar: int, prefill, decode, steps: int, forced: list[int] | None = None):
+    """The generation loop of every driver: `prefill(chunk)` over AR-sized chunks of the prompt, each returning the
+    logits of its last real token, then greedy_decode with `decode(token)`."""
+    last = None
+    for start in range(0, len(prompt), ar):
+        last = prefill(prompt[start : start + ar])
+    return greedy_decode(last, steps, decode, forced)
+
+
 def sample(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None, top_p: float = 1.0, seed: int = 0) -> tuple[int, float]:
     z = np.asarray(logits, dtype=np.float64).reshape(-1)
     if not temperature > 0:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from verify.sampler import greedy_decode
+from verify.sampler import prefill_then_decode
 
 from verify.lm_driver import Runner, StepRecord
 
@@ -185,7 +185,5 @@ def generate(
     """Greedy generation, as verify.lm_driver.generate, across bucket transitions."""
     state = RingFullState(layout)
     ar = max(g.ar for g in graphs.values() if g.role == "prefill")
-    last = None
-    for start in range(0, len(prompt), ar):
-        last = call(runners, graphs, state, prompt[start : start + ar], "prefill", on_step)
-    return greedy_decode(last, steps, lambda tok: call(runners, graphs, state, [tok], "decode", on_step), forced)
+    return prefill_then_decode(prompt, ar, lambda chunk: call(runners, graphs, state, chunk, "prefill", on_step),
+                               lambda tok: call(runners, graphs, state, [tok], "decode", on_step), steps, forced)

@@ -65,7 +65,7 @@ def register_kernels(libraries) -> None:
 
 
 class LoadCheckError(EdgeExportError):
-    exit_code = 1
+    exit_code = 3  # an artifact that cannot be trusted, as a compile or parity failure
 
 
 @dataclass
@@ -173,12 +173,10 @@ except EdgeExportError as e:
 def load_check(path: Path, constants: dict[str, int], input_names: list[str], kernel_libraries) -> dict:
     """The load check in a fresh process, so that only the declared kernel libraries are registered."""
     import json
-    import subprocess
-    import sys
 
-    root = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), json.dumps(constants), json.dumps(input_names), json.dumps(list(kernel_libraries))],
-                       capture_output=True, text=True, cwd=root, timeout=600)
+    from exporter.child import run_python
+
+    p = run_python(_LOAD_CHECK, str(path), json.dumps(constants), json.dumps(input_names), json.dumps(list(kernel_libraries)), timeout_s=600)
     line = next((x for x in p.stdout.splitlines() if x.startswith("LOADCHECK ")), None)
     if p.returncode == 0 and line:
         return json.loads(line[len("LOADCHECK "):])

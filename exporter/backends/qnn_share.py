@@ -9,8 +9,6 @@ toolchains (exporter/plan.py) is checked against this probe by the tests.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 
@@ -59,9 +57,9 @@ def probe_load(models: list[Path], accelerator: dict, timeout_s: int = 120) -> d
     """Open and run every EPContext model of a sharing group in a child process."""
     import json
 
-    root = Path(__file__).resolve().parents[2]
-    p = subprocess.run([sys.executable, "-c", _LOADER, json.dumps(accelerator), *map(str, models)], capture_output=True, text=True,
-                       timeout=timeout_s, cwd=root)
+    from exporter.child import run_python
+
+    p = run_python(_LOADER, json.dumps(accelerator), *map(str, models), timeout_s=timeout_s)
     ok = p.returncode == 0 and f"LOADED {len(models)}" in p.stdout
     tail = (p.stderr.strip().splitlines() or [""])[-1][:300]
     return {"loaded": ok, "returncode": p.returncode, "detail": "" if ok else (f"signal {-p.returncode}" if p.returncode < 0 else tail)}
