@@ -104,7 +104,9 @@ class Context:
             for a in self.plan.artifacts:
                 if a.parts > 1:
                     splits.setdefault(a.component, []).append(tuple(a.layers))
-            self.components = self.recipe.with_parts(splits)
+            # exactly the planned graphs: a --context below the largest bucket drops the larger ones
+            planned = {a.graph_name for a in self.plan.artifacts}
+            self.components = tuple(c for c in self.recipe.with_parts(splits) if c.graph_name in planned)
 
     def manifest_components(self) -> list[dict]:
         from dataclasses import replace
@@ -116,8 +118,18 @@ class Context:
         """The one calibration set of this build: it fills the largest context bucket."""
         from calibration.lm_data import calibration_set
 
-        context = max(c.bucket.context for c in self.recipe.components)
+        context = max(c.bucket.context for c in self.components)
         return calibration_set(self.recipe.model_config["vocab_size"], context)
+
+    def evaluation(self):
+        """The held-out prompts of this build (verify; AI Hub validation replays the same set)."""
+        from calibration.lm_data import evaluation_set
+
+        pre = next(c for c in self.components if c.role == "prefill")
+        contexts = sorted({c.bucket.context for c in self.components if c.role in ("prefill", "decode")})
+        # with several buckets, one long prompt makes prefill run in every bucket
+        return evaluation_set(self.recipe.model_config["vocab_size"], pre.bucket.ar,
+                              long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None)
 
     def tool_subset(self, names) -> dict:
         return {n: self.tools.get(n) for n in names}
@@ -130,10 +142,10 @@ class Context:
                 self._model = load_hf_model(self.ckpt.directory, self.recipe.architecture)
         return self._model
 
-    def step_module(self, component):
+    def step_module(self, component, pooled_mean: bool = False):
         from exporter.models import step_module
 
-        return step_module(self.model(), self.recipe.architecture, component)
+        return step_module(self.model(), self.recipe.architecture, component, pooled_mean)
 
     @contextlib.contextmanager
     def timed(self, name: str, detail: str = ""):
@@ -195,7 +207,7 @@ def stage_lower_executorch(ctx: "Context") -> tuple[dict[str, Path], dict[str, d
                   "tools": ctx.tool_subset(EXECUTORCH_TOOLS), "code": code_digest()}
 
         def build(tmp: Path, comp=comp, constants=constants) -> dict:
-            lowered = lower(ctx.step_module(comp), comp, precision, tmp / f"{comp.graph_name}.pte", constants)
+            lowered = lower(ctx.step_module(comp, pooled_mean=True), comp, precision, tmp / f"{comp.graph_name}.pte", constants)
             return {**lowered.info, "load_check": load_check(lowered.path, constants, [t.name for t in comp.inputs], lowered.info["kernel_libraries"])}
 
         with ctx.timed("lower", f"{comp.graph_name} -> ExecuTorch XNNPACK ({precision})"):
@@ -344,13 +356,9 @@ def _verification_stages(ctx: Context, fp32, quantized, final) -> list[tuple[str
 
 
 def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
-    from calibration.lm_data import check_disjoint, evaluation_set
+    from calibration.lm_data import check_disjoint
 
-    cfg = ctx.recipe.model_config
-    pre = next(c for c in ctx.components if c.role == "prefill")
-    contexts = sorted({c.bucket.context for c in ctx.components if c.role in ("prefill", "decode")})
-    # with several buckets, one long prompt makes prefill run in every bucket
-    ev = evaluation_set(cfg["vocab_size"], pre.bucket.ar, long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None)
+    ev = ctx.evaluation()
     check_disjoint(ctx.calibration(), ev)
     stages = _verification_stages(ctx, fp32, quantized, final)
     inputs = {
@@ -665,11 +673,35 @@ def stage_memory(ctx: Context, final: dict[str, Path]) -> dict:
 
     inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": ctx.target.to_json(),
               "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
-    if ctx.plan.format == "executorch":
-        measured = {"method": "not measured: the memory probe opens ONNX Runtime sessions; an ExecuTorch probe is not implemented"}
-        return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}
+    fmt = "executorch" if ctx.plan.format == "executorch" else "onnx"
     with ctx.timed("memory", "peak resident memory of opening and running every graph"):
-        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), ctx.target.to_json(), ctx.recipe.state_layout)})
+        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), ctx.target.to_json(),
+                                                                             ctx.recipe.state_layout, fmt=fmt)})
     ctx.hits["memory"] = r.hit
     measured = r.info["measured"]
     return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}
+
+
+def context_for_bundle(manifest: dict, checkpoint: Path | None, cache_root: Path, reporter: Reporter | None = None) -> Context:
+    """The build context of an existing bundle, for replaying its reference (AI Hub validation):
+    same recipe, target, plan and checkpoint digests, or a precise refusal."""
+    from exporter.errors import IntegrityError
+
+    b = manifest["bundle"]
+    recipe = get_recipe(b["recipe"])
+    if checkpoint is not None and recipe.variant_for is not None:
+        recipe = recipe.variant_for(read_checkpoint_config(Path(checkpoint)))
+    target = get_target(b["target"])
+    req = manifest["plan"].get("requested", {})
+    plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"])
+    planned = sorted(a.graph_name for a in plan.artifacts)
+    built = sorted(c["graph_name"] for c in manifest["components"])
+    if planned != built:
+        raise IntegrityError(f"the plan of {b['recipe']}/{b['target']}/{b['precision']} today ({planned}) differs from the bundle's graphs ({built})",
+                             "validate with the edge-export version that built the bundle, or rebuild it")
+    ckpt = resolve(recipe, Path(cache_root), checkpoint, allow_unpinned=not manifest["checkpoint"].get("pinned", True))
+    if ckpt.files != manifest["checkpoint"]["files"]:
+        raise IntegrityError("the checkpoint found for the reference differs from the one the bundle was built from "
+                             f"({sorted(ckpt.files.items())} vs {sorted(manifest['checkpoint']['files'].items())})",
+                             "pass --checkpoint with the exact checkpoint the bundle names")
+    return Context(recipe, target, plan, ckpt, StageCache(Path(cache_root)), reporter or Reporter(), versions.tool_versions())

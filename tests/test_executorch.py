@@ -43,6 +43,8 @@ def test_every_variant_is_a_load_checked_signed_verified_program(et_built, dev_k
             assert set(lc["constants_checked"]) == {"get_max_context_len", "get_ar", "get_n_layers", "get_vocab_size"}
             assert prog["delegation"]["unexpected"] == [] and prog["delegation"]["delegated_share"] > 0.8
             assert c["placement"]["by_provider"]["XnnpackBackend"] > 0
+        measured = data["memory"]["measured"]  # a fresh process loads and runs every program
+        assert measured["provider"] == "executorch:XnnpackBackend" and measured["run_peak_bytes"] > 0, measured
         # the gate opens it (a loaded forward) and it runs
         dec = next(c for c in data["components"] if c["role"] == "decode")
         runner = gate.open_session(r.bundle, dev_keys.public, "cpu-arm64-linux", dec["name"])
@@ -123,3 +125,53 @@ def test_qnn_delegate_is_a_precise_prerequisite_record(tmp_path, monkeypatch):
     (fake / "libQnnHtp.so").write_bytes(b"\0build v2.37.0.250724\0")
     (m,) = executorch_qnn_missing({"QNN_SDK_ROOT": str(tmp_path / "sdk237")})
     assert m.name == "ExecuTorch QNN lowering" and "v2.37.0.250724" in m.reason
+
+
+@pytest.fixture(scope="session")
+def et_spark(et_root, dev_keys):
+    """tiny-spark (Gemma 3 layout: sliding-window ring KV + global KV) at its first context bucket."""
+    from exporter.pipeline import build
+
+    return {r.precision: r for r in build("tiny-spark", "cpu-arm64", "fp32", fmt="executorch", out_root=et_root, context=32)
+            + build("tiny-spark", "cpu-arm64", "8da4w", fmt="executorch", out_root=et_root, context=32)}
+
+
+def test_spark_programs_delegate_whole_stacks_and_match_torch(et_spark, dev_keys):
+    from manifests.audit import Policy, audit_bundle
+
+    fp32 = et_spark["fp32"]
+    assert fp32.status == "published", fp32.to_json()
+    data = mf.load(fp32.bundle)
+    # exactly the planned graphs: --context 32 builds the 32 bucket only
+    assert sorted(c["graph_name"] for c in data["components"]) == ["decode_ar1_cl32", "embed_ar1", "embed_ar8", "head_ar1", "prefill_ar8_cl32"]
+    for name, prog in data["quantization"]["programs"].items():
+        d = prog["delegation"]
+        assert d["unexpected"] == [] and prog["load_check"]["fresh_process"], name
+        if name.startswith(("prefill", "decode")):
+            # one XNNPACK call per stack: no norm, cat, alias or expand splits it
+            assert d["delegated_subgraphs"] == 1 and d["delegated_share"] > 0.95, (name, d)
+            assert set(d["not_delegated"]) <= {"aten_embedding_default", "aten_unsqueeze_copy_default", "getitem", "alloc"}, d
+    stage = fp32.parity["stages"][0]
+    assert stage["provider"] == "executorch:XnnpackBackend"
+    assert stage["decode"]["all_greedy_exact"] and stage["decode"]["token_agreement"] == 1.0
+    q4 = et_spark["8da4w"]
+    assert q4.status == "published" and q4.parity["verdict"] == "pass", q4.to_json()
+    assert mf.load(q4.bundle)["components"][0]["kernel_libraries"] == ["executorch.kernels.quantized"]
+    for r in (fp32, q4):
+        a = audit_bundle(r.bundle, dev_keys.public, Policy())
+        assert a.ok, [c.to_json() for c in a.failing()]
+
+
+def test_x86_route_gets_the_same_programs_verified_for_its_own_target(et_built, et_root):
+    """XNNPACK programs are not compiled per CPU: the x86-64 bundle reuses the lowered programs
+    (cache hit) and is verified and signed for its own target."""
+    from exporter.pipeline import build
+
+    (r,) = build("tiny-lm", "cpu-x86-linux", "fp32", fmt="executorch", out_root=et_root)
+    assert r.status == "published" and r.parity["verdict"] == "pass"
+    assert all(hit for k, hit in r.cache.items() if k.startswith("lower/")), r.cache
+    data = mf.load(r.bundle)
+    assert data["target"]["abi"] == "linux-x86_64" and data["bundle"]["format"] == "executorch"
+    arm = mf.load(et_built["fp32"].bundle)
+    assert {n: f["sha256"] for n, f in data["files"].items() if n.endswith(".pte")} == \
+        {n: f["sha256"] for n, f in arm["files"].items() if n.endswith(".pte")}

@@ -3,7 +3,8 @@
 ``python -m verify.memprobe SPEC.json`` prints one JSON document. The process
 imports ONNX Runtime, records its resident set as the baseline, resets the
 kernel's high-water mark (Linux ``/proc/self/clear_refs``), opens every graph on
-the target's execution provider (no CPU fallback), allocates the runtime-owned
+the target's execution provider (no CPU fallback; an ExecuTorch program through
+``executorch.runtime`` with its declared kernel libraries), allocates the runtime-owned
 state buffers of the state layout, runs every graph once, and reports the peaks
 above the baseline. On the x86 QNN simulator the numbers are host memory of the
 simulator, not device memory; the manifest says so.
@@ -37,15 +38,30 @@ def _reset_peak() -> bool:
         return False
 
 
-def probe(spec: dict) -> dict:
-    import numpy as np
-    import onnxruntime  # noqa: F401  (imported before the baseline: its import is not the graphs' cost)
+def _openers(spec: dict):
+    """Import the runtime (before the baseline: its import is not the graphs' cost) and return an opener."""
+    if spec.get("format") == "executorch":
+        import executorch.runtime  # noqa: F401
+
+        from exporter.backends.executorch_export import PteRunner, register_kernels
+
+        comps = {c["name"]: c for c in spec["components"]}
+        register_kernels(sorted({k for c in comps.values() for k in c.get("kernel_libraries", ())}))
+        return lambda name, path: PteRunner(Path(path), [t["name"] for t in comps[name]["inputs"]], comps[name]["outputs"], comps[name].get("kernel_libraries", ()))
+    import onnxruntime  # noqa: F401
 
     from exporter.runtime import open_session
 
+    return lambda name, path: open_session(path, spec["target"])[0]
+
+
+def probe(spec: dict) -> dict:
+    import numpy as np
+
+    open_graph = _openers(spec)
     baseline = _status("VmRSS")
     reset = _reset_peak()
-    sessions = {name: open_session(path, spec["target"])[0] for name, path in spec["graphs"].items()}
+    sessions = {name: open_graph(name, path) for name, path in spec["graphs"].items()}
     after_open = _status("VmHWM")
     state = [np.zeros(b["shape"], dtype=spec.get("state_dtype", "float32")) for b in spec.get("state_buffers", [])]
     for comp in spec["components"]:
@@ -61,17 +77,20 @@ def probe(spec: dict) -> dict:
         "session_peak_bytes": after_open - baseline,
         "run_peak_bytes": after_run - baseline,
         "state_buffers_bytes": state_bytes,
-        "provider": spec["target"]["execution_provider"],
+        "provider": "executorch:XnnpackBackend" if spec.get("format") == "executorch" else spec["target"]["execution_provider"],
     }
 
 
-def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300) -> dict:
+def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300,
+            fmt: str = "onnx") -> dict:
     """Run the probe in a child process (a clean heap) and return its report; a failure is reported, not raised."""
     import tempfile
 
     spec = {
+        "format": fmt,
         "graphs": {k: str(v) for k, v in graphs.items()},
-        "components": [{"name": c["name"], "inputs": c["inputs"]} for c in components],
+        "components": [{"name": c["name"], "inputs": c["inputs"], "outputs": [t["name"] for t in c["outputs"]],
+                        "kernel_libraries": list(c.get("kernel_libraries", ()))} for c in components],
         "target": target,
         "state_buffers": state_layout.get("buffers", []),
         "state_dtype": state_layout.get("dtype", "float32"),

@@ -20,11 +20,11 @@ import math
 import torch
 from torch import nn
 
-from exporter.models.ops import grouped_attention, rotary_tables, swap_halves
+from exporter.models.ops import grouped_attention, mean_sq_last, mean_sq_last_pooled, rotary_tables, swap_halves
 
 
-def gemma_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * (1.0 + weight)
+def gemma_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean_sq=mean_sq_last) -> torch.Tensor:
+    return (x / torch.sqrt(mean_sq(x) + eps)) * (1.0 + weight)
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -46,15 +46,16 @@ class Gemma3Embed(nn.Module):
 
 
 class Gemma3Head(nn.Module):
-    def __init__(self, hf_model: nn.Module):
+    def __init__(self, hf_model: nn.Module, pooled_mean: bool = False):
         super().__init__()
+        self.mean_sq = mean_sq_last_pooled if pooled_mean else mean_sq_last
         self.norm = hf_model.model.norm
         self.lm_head = hf_model.lm_head
         self.eps = hf_model.config.rms_norm_eps
         self.softcap = hf_model.config.final_logit_softcapping
 
     def forward(self, hidden):
-        logits = self.lm_head(gemma_norm(hidden, self.norm.weight, self.eps))
+        logits = self.lm_head(gemma_norm(hidden, self.norm.weight, self.eps, self.mean_sq))
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -65,8 +66,9 @@ class Gemma3Stack(nn.Module):
     layers need (mask_sliding [1,1,AR,window+AR], mask_global [1,1,AR,context]) and the past KV of
     each of its layers; outputs: hidden_out and the new KV rows of each layer."""
 
-    def __init__(self, hf_model: nn.Module, ar: int, context: int, start: int, end: int):
+    def __init__(self, hf_model: nn.Module, ar: int, context: int, start: int, end: int, pooled_mean: bool = False):
         super().__init__()
+        self.mean_sq = mean_sq_last_pooled if pooled_mean else mean_sq_last
         cfg = hf_model.config
         self.layers = hf_model.model.layers
         self.kinds = layer_kinds(cfg)
@@ -105,17 +107,17 @@ class Gemma3Stack(nn.Module):
             kind = self.kinds[i]
             cos, sin = tables[kind]
             mask = mask_sliding if kind == "sliding_attention" else mask_global
-            x = gemma_norm(h, layer.input_layernorm.weight, self.eps)
-            q = gemma_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps)
-            k = gemma_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps)
+            x = gemma_norm(h, layer.input_layernorm.weight, self.eps, self.mean_sq)
+            q = gemma_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps, self.mean_sq)
+            k = gemma_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps, self.mean_sq)
             v = self._heads(attn.v_proj(x), self.n_kv)
             q = q * cos + swap_halves(q) * sin
             k = k * cos + swap_halves(k) * sin
             o = grouped_attention(q, k, v, past[2 * slot], past[2 * slot + 1], mask, self.scaling)
-            h = h + gemma_norm(attn.o_proj(o), layer.post_attention_layernorm.weight, self.eps)
+            h = h + gemma_norm(attn.o_proj(o), layer.post_attention_layernorm.weight, self.eps, self.mean_sq)
             mlp = layer.mlp
-            x = gemma_norm(h, layer.pre_feedforward_layernorm.weight, self.eps)
+            x = gemma_norm(h, layer.pre_feedforward_layernorm.weight, self.eps, self.mean_sq)
             y = mlp.down_proj(gelu_tanh(mlp.gate_proj(x)) * mlp.up_proj(x))
-            h = h + gemma_norm(y, layer.post_feedforward_layernorm.weight, self.eps)
+            h = h + gemma_norm(y, layer.post_feedforward_layernorm.weight, self.eps, self.mean_sq)
             new_kv += [k, v]
         return (h, *new_kv)

@@ -18,16 +18,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exporter.models.ops import grouped_attention, rotary_tables, swap_halves
+from exporter.models.ops import grouped_attention, mean_sq_last, mean_sq_last_pooled, rotary_tables, swap_halves
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean_sq=mean_sq_last) -> torch.Tensor:
+    return weight * (x / torch.sqrt(mean_sq(x) + eps))
 
 
 class Qwen3Step(nn.Module):
-    def __init__(self, hf_model: nn.Module, ar: int, context: int):
+    def __init__(self, hf_model: nn.Module, ar: int, context: int, pooled_mean: bool = False):
         super().__init__()
+        self.mean_sq = mean_sq_last_pooled if pooled_mean else mean_sq_last
         cfg = hf_model.config
         self.model = hf_model.model
         self.lm_head = hf_model.lm_head
@@ -54,17 +55,17 @@ class Qwen3Step(nn.Module):
         new_kv = []
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
-            x = rms_norm(h, layer.input_layernorm.weight, self.eps)
-            q = rms_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps)
-            k = rms_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps)
+            x = rms_norm(h, layer.input_layernorm.weight, self.eps, self.mean_sq)
+            q = rms_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps, self.mean_sq)
+            k = rms_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps, self.mean_sq)
             v = self._heads(attn.v_proj(x), self.n_kv)
             q = q * cos + swap_halves(q) * sin
             k = k * cos + swap_halves(k) * sin
             o = grouped_attention(q, k, v, past[2 * i], past[2 * i + 1], attention_mask, scale)
             h = h + attn.o_proj(o)
-            x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
+            x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps, self.mean_sq)
             mlp = layer.mlp
             h = h + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
             new_kv += [k, v]
-        logits = self.lm_head(rms_norm(h, self.model.norm.weight, self.eps))
+        logits = self.lm_head(rms_norm(h, self.model.norm.weight, self.eps, self.mean_sq))
         return (logits, *new_kv)
