@@ -70,3 +70,20 @@ def dumps(data: dict) -> str:
 def write(bundle: Path, data: dict) -> None:
     validate(data)
     (Path(bundle) / MANIFEST).write_text(dumps(data))
+
+
+def load_parity(bundle: Path, data: dict) -> dict:
+    """The full parity record (every stage, component, output and prompt) the manifest summarises."""
+    rel = data["parity"].get("report")
+    if not rel:
+        raise ManifestInvalid(f"{Path(bundle) / MANIFEST}: no parity report is named", "rebuild the bundle")
+    path = safe_relpath(Path(bundle), rel)
+    try:
+        full = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ManifestInvalid(f"{path} is missing", "the bundle is damaged; rebuild it") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ManifestInvalid(f"{path} is not valid JSON ({e})", "the bundle is damaged; rebuild it") from None
+    if not isinstance(full, dict) or not isinstance(full.get("stages"), list):
+        raise ManifestInvalid(f"{path} holds no parity stages", "rebuild the bundle")
+    return full

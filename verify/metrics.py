@@ -41,13 +41,16 @@ class Accumulator:
         self.psnr = math.inf
         self.mabs = 0.0
         self.cos_values: list[float] = []
+        self.psnr_values: list[float] = []
 
     def add(self, ref: np.ndarray, test: np.ndarray) -> None:
         self.count += 1
         c = cosine(ref, test)
         self.cos = min(self.cos, c)
         self.cos_values.append(c)
-        self.psnr = min(self.psnr, psnr_db(ref, test))
+        p = psnr_db(ref, test)
+        self.psnr_values.append(p)
+        self.psnr = min(self.psnr, p)
         self.mabs = max(self.mabs, max_abs(ref, test))
 
     def to_json(self) -> dict:
@@ -58,4 +61,16 @@ class Accumulator:
             "p05_cosine": float(np.quantile(vals, 0.05)),
             "min_psnr_db": None if math.isinf(self.psnr) else self.psnr,
             "max_abs": self.mabs,
+            "distribution": {"quantiles": list(QUANTILES), "cosine": _quantiles(self.cos_values), "psnr_db": _quantiles(self.psnr_values)},
         }
+
+
+QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
+
+
+def _quantiles(values: list[float]) -> list[float | None] | None:
+    """Per-call distribution of a metric (None for an infinite PSNR: an exact match)."""
+    if not values:
+        return None
+    q = np.quantile(np.array(values, dtype=np.float64), QUANTILES, method="nearest")  # no interpolation across inf
+    return [None if math.isinf(x) else float(x) for x in q]

@@ -8,13 +8,13 @@ runtime would (verify.lm_driver) on the held-out set.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 
 from recipes.base import Thresholds
 from verify.drivers import driver_for
 from verify.metrics import Accumulator, cosine
+from verify.thresholds import stage_failures
 
 
 @dataclass
@@ -45,27 +45,7 @@ class StageResult:
 
 
 def _check(res: StageResult, th: Thresholds) -> None:
-    for comp, outs in res.outputs.items():
-        for name, m in outs.items():
-            if m["calls"] == 0:  # a graph the evaluation never ran is not verified
-                res.failures.append({"stage": res.stage, "component": comp, "output": name, "metric": "calls", "value": 0, "threshold": 1})
-                continue
-            psnr = math.inf if m["min_psnr_db"] is None else m["min_psnr_db"]
-            for metric, value, ok, limit in (
-                ("cosine", m["min_cosine"], m["min_cosine"] >= th.min_cosine, th.min_cosine),
-                ("psnr_db", psnr, psnr >= th.min_psnr_db, th.min_psnr_db),
-                ("max_abs", m["max_abs"], m["max_abs"] <= th.max_abs, th.max_abs),
-            ):
-                if not ok:
-                    res.failures.append({"stage": res.stage, "component": comp, "output": name, "metric": metric, "value": value, "threshold": limit})
-    d = res.decode
-    if d["token_agreement"] < th.min_token_agreement:
-        res.failures.append({"stage": res.stage, "component": "decode", "output": "tokens", "metric": "token_agreement", "value": d["token_agreement"], "threshold": th.min_token_agreement})
-    # a prompt near the largest bucket decodes fewer steps; its exact prefix is judged against those
-    short = [p for p in d["per_prompt"] if p["greedy_prefix"] < min(th.min_greedy_prefix, p["steps"])]
-    if short:
-        res.failures.append({"stage": res.stage, "component": "decode", "output": "tokens", "metric": "greedy_prefix",
-                             "value": min(p["greedy_prefix"] for p in short), "threshold": th.min_greedy_prefix})
+    res.failures += stage_failures(res.to_json(), th.to_json())
 
 
 def measure_stage(
@@ -86,6 +66,7 @@ def measure_stage(
     vs_hf = Accumulator()
     agree = total = 0
     prefixes, per_prompt = [], []
+    step_hits: list[list[int]] = []  # [step] -> 1/0 per prompt that reached that step
     capacity = max(g.context for g in graphs.values() if g.role in ("prefill", "decode"))
 
     contexts: set[int] = set()  # the buckets the current prompt's calls ran in
@@ -112,7 +93,12 @@ def measure_stage(
         tokens, logits = lm_driver.generate(runners, graphs, layout, prompt, n_steps, forced=ref_tokens, on_step=record)
         for a, b in zip(ref_logits, logits):
             vs_hf.add(a, b)
-        hits = sum(int(x == y) for x, y in zip(tokens, ref_tokens))
+        matches = [int(x == y) for x, y in zip(tokens, ref_tokens)]
+        for i, m in enumerate(matches):
+            if i == len(step_hits):
+                step_hits.append([])
+            step_hits[i].append(m)
+        hits = sum(matches)
         agree += hits
         total += len(ref_tokens)
         free, _ = lm_driver.generate(runners, graphs, layout, prompt, n_steps)
@@ -137,6 +123,8 @@ def measure_stage(
         "all_greedy_exact": all(p["greedy_exact"] for p in per_prompt),
         "logits_vs_hf": vs_hf.to_json(),
         "per_prompt": per_prompt,
+        # teacher-forced top-1 agreement at each decode step over the prompts that reached it
+        "agreement_by_step": [round(sum(h) / len(h), 4) for h in step_hits],
     }
     _check(res, thresholds)
     return res

@@ -1,0 +1,401 @@
+"""Auditing bundles: integrity, declared pins, plan consistency, placement, parity policy, checkpoint pin.
+
+Torch-free and numpy-free: an auditor runs this with the core install. Every check of every bundle
+runs (nothing stops at the first failure), and each result names the bundle, the check, what was
+wrong and what to do. The gate (verify.gate) is the runtime's subset of these checks.
+
+Checks, by id:
+
+* ``manifest``   present, valid JSON, schema-valid, every path inside the bundle;
+* ``signature``  model-signing signature valid for the given public key, by an allowed signer;
+* ``files``      every listed file streamed and matched to its digest and size; none added, none missing;
+* ``pins``       the tool versions in the manifest equal the exact pins this edge-export declares
+                 (pyproject.toml, read from the installed distribution) or those of the policy;
+* ``plan``       bundle precision and format equal the plan's, the plan admitted it, and the bundle
+                 holds exactly the planned graphs in that format;
+* ``placement``  every component ran entirely on the declared execution provider (ExecuTorch: its
+                 delegate, with only allow-listed operators left to portable kernels);
+* ``parity``     published with verdict pass; every stage's thresholds no looser than the recipe's
+                 (tightened by the policy); the recorded figures re-judged against those; the last
+                 stage ran on the target's own provider;
+* ``checkpoint`` the checkpoint matched its pin (a bundle built with --allow-unpinned fails);
+                 synthetic checkpoints fail where the policy says so;
+* ``device-validation`` the AI Hub record beside the bundle, if any, is signed, bound to this build
+                 and passed; a simulated (replayed) record is reported as simulator-only and never
+                 satisfies ``require_device_validation``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.errors import EdgeExportError, UsageError
+from exporter.hashing import sha256_file
+from manifests import manifest as mf
+
+CHECKS = ("manifest", "signature", "files", "pins", "plan", "placement", "parity", "checkpoint", "device-validation")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    ok: bool
+    message: str
+    fix: str = ""
+    details: tuple = ()  # every individual finding, for machines (and JUnit)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "ok": self.ok, "message": self.message, "fix": self.fix, "details": list(self.details)}
+
+
+@dataclass(frozen=True)
+class BundleAudit:
+    path: Path
+    checks: tuple[Check, ...]
+    cell: dict = field(default_factory=dict)  # recipe / target / precision / format, where readable
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failing(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_json(self) -> dict:
+        return {"bundle": str(self.path), "ok": self.ok, "cell": self.cell, "checks": [c.to_json() for c in self.checks]}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a bundle must satisfy. The default is the release policy; a policy file may only tighten
+    the recipe's thresholds (the stricter of the two applies), never loosen them."""
+
+    name: str = "release"
+    require_pinned_checkpoint: bool = True
+    allow_synthetic_checkpoint: bool = True
+    require_published: bool = True
+    require_device_validation: bool = False  # a passing, non-simulated AI Hub record beside the bundle
+    thresholds: dict = field(default_factory=dict)  # precision (or "*") -> metric -> value
+    tools: dict = field(default_factory=dict)  # tool -> exact version required (overrides the declared pins)
+    signers: tuple[str, ...] = ()  # allowed public-key SHA-256 fingerprints; empty: the key given
+    source: str = "built-in release policy"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "require_pinned_checkpoint": self.require_pinned_checkpoint,
+                "allow_synthetic_checkpoint": self.allow_synthetic_checkpoint, "require_published": self.require_published,
+                "require_device_validation": self.require_device_validation,
+                "thresholds": self.thresholds, "tools": self.tools, "signers": list(self.signers), "source": self.source}
+
+
+POLICY_KEYS = {"name", "require_pinned_checkpoint", "allow_synthetic_checkpoint", "require_published", "require_device_validation",
+               "thresholds", "tools", "signers"}
+
+
+def load_policy(path: Path | None) -> Policy:
+    """A policy file, TOML or JSON, with the keys of Policy (unknown keys are an error, not ignored)."""
+    if path is None:
+        return Policy()
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"policy file {path} does not exist", "pass a TOML or JSON file (see docs/AUDIT.md)")
+    try:
+        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"policy file {path} does not parse: {e}", "fix its syntax (TOML, or JSON for a .json file)") from None
+    unknown = sorted(set(data) - POLICY_KEYS)
+    if unknown:
+        raise UsageError(f"policy file {path}: unknown keys {unknown}", f"known keys: {sorted(POLICY_KEYS)}")
+    from verify.thresholds import METRICS
+
+    for prec, th in data.get("thresholds", {}).items():
+        bad = sorted(set(th) - set(METRICS))
+        if bad or not all(isinstance(v, (int, float)) for v in th.values()):
+            raise UsageError(f"policy file {path}: thresholds.{prec} has unknown metrics {bad} or non-numbers", f"metrics: {list(METRICS)}")
+    return Policy(**{**{k: v for k, v in data.items() if k != "signers"}, "signers": tuple(data.get("signers", ()))}, source=str(path))
+
+
+def declared_pins() -> dict[str, str]:
+    """Exact ``==`` pins this edge-export declares for the tools manifests record (all extras)."""
+    import re
+    from importlib import metadata
+
+    from exporter.versions import TOOLS
+
+    pins = {}
+    for req in metadata.requires("edge-export") or []:
+        m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^;\s]+)", req)
+        if m and m.group(1).lower() in TOOLS:
+            pins[m.group(1).lower()] = m.group(2)
+    pins["edge-export"] = metadata.version("edge-export")
+    return pins
+
+
+def find_bundles(paths) -> list[Path]:
+    """Every bundle (a directory holding manifest.json) at or under the given paths, sorted."""
+    found = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UsageError(f"{p} does not exist", "pass bundle directories or a directory that holds them")
+        if (p / mf.MANIFEST).is_file():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(m.parent for m in p.rglob(mf.MANIFEST) if ".cache" not in m.relative_to(p).parts)
+    return sorted(dict.fromkeys(found))
+
+
+# -- the checks ---------------------------------------------------------------------------------------
+
+
+def _check_signature(bundle: Path, data: dict, public_key: Path | None, policy: Policy) -> Check:
+    from manifests.signing import public_key_fingerprint, verify_bundle
+
+    if public_key is None:
+        return Check("signature", False, "no public key to verify the signature with",
+                     "pass --public-key (the signer's .pub.pem), or build with the local development key first")
+    try:
+        verify_bundle(bundle, Path(public_key))
+    except EdgeExportError as e:
+        return Check("signature", False, e.message, e.hint)
+    fp = public_key_fingerprint(Path(public_key))
+    if data["signing"].get("public_key_sha256") != fp:
+        return Check("signature", False, f"the manifest names signer {data['signing'].get('public_key_sha256')}, the signature verifies with {fp}",
+                     "rebuild; a manifest that misstates its signer is not trusted")
+    if policy.signers and fp not in policy.signers:
+        return Check("signature", False, f"signer {fp[:16]}… is not among the policy's allowed signers", "sign with a release key the policy lists")
+    return Check("signature", True, f"valid, signer {fp[:16]}…")
+
+
+def _check_files(bundle: Path, data: dict) -> Check:
+    listed = set(data["files"])
+    on_disk = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
+    found = [{"file": f, "problem": "added (not in the manifest)"} for f in sorted(on_disk - listed - {mf.MANIFEST, mf.SIGNATURE})]
+    found += [{"file": f, "problem": "missing"} for f in sorted(listed - on_disk)]
+    for rel, meta in sorted(data["files"].items()):
+        p = bundle / rel
+        if rel not in on_disk:
+            continue
+        if p.is_symlink():
+            found.append({"file": rel, "problem": "symbolic link (bundles hold plain files only)"})
+        elif p.stat().st_size != meta["size"]:
+            found.append({"file": rel, "problem": f"size {p.stat().st_size}, manifest says {meta['size']}"})
+        elif sha256_file(p) != meta["sha256"]:
+            found.append({"file": rel, "problem": "content differs from its digest"})
+    if found:
+        return Check("files", False, "; ".join(f"{f['file']}: {f['problem']}" for f in found),
+                     "the bundle was altered after signing: rebuild it (never edit a bundle)", tuple(found))
+    return Check("files", True, f"{len(listed)} files match their digests")
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]  # "2.13.0+cpu" is the 2.13.0 release, CPU build
+
+
+def _check_pins(data: dict, pins: dict[str, str], policy: Policy) -> Check:
+    want = {**pins, **policy.tools}
+    drift = []
+    for tool, version in sorted(want.items()):
+        got = data["tools"].get(tool)
+        if got is None:
+            if tool in policy.tools:
+                drift.append({"tool": tool, "manifest": None, "required": version})
+            continue  # a tool this build did not use (nncf for a QNN bundle)
+        if _public(got) != _public(version):
+            drift.append({"tool": tool, "manifest": got, "required": version})
+    if drift:
+        return Check("pins", False, "tool versions differ from the declared pins: "
+                     + ", ".join(f"{d['tool']} {d['manifest']} (pinned {d['required']})" for d in drift),
+                     "rebuild with the pinned environment (pip install -e '.[...]' from this checkout), or audit with the edge-export that built it",
+                     tuple(drift))
+    used = sorted(t for t in want if data["tools"].get(t))
+    return Check("pins", True, f"{len(used)} tool versions equal the declared pins")
+
+
+ENTRY_SUFFIX = {"onnx": ".onnx", "qnn-context": ".onnx", "executorch": ".pte"}
+
+
+def _check_plan(data: dict) -> Check:
+    b, plan, q = data["bundle"], data["plan"], data["quantization"]
+    found = []
+    if plan.get("rejection") or not plan.get("admitted", False):
+        found.append("the plan did not admit this build")
+    for what, got in (("plan.precision", plan.get("precision")), ("quantization.precision", q.get("precision"))):
+        if got != b["precision"]:
+            found.append(f"{what} is {got!r}, the bundle says {b['precision']!r}")
+    if plan.get("format") != b["format"]:
+        found.append(f"plan.format is {plan.get('format')!r}, the bundle says {b['format']!r}")
+    if b["precision"] not in data["target"].get("precisions", []):
+        found.append(f"precision {b['precision']} is not one target {b['target']} runs")
+    planned = {a["graph_name"]: a for a in plan.get("artifacts", [])}
+    graphs = {c["graph_name"] for c in data["components"]}
+    if set(planned) != graphs:
+        found.append(f"graphs differ from the plan (unplanned: {sorted(graphs - set(planned)) or 'none'}; "
+                     f"planned but absent: {sorted(set(planned) - graphs) or 'none'})")
+    for a in planned.values():
+        if a.get("precision") != b["precision"] or a.get("format") != b["format"]:
+            found.append(f"planned graph {a['graph_name']} is {a.get('precision')}/{a.get('format')}, the bundle is {b['precision']}/{b['format']}")
+    suffix = ENTRY_SUFFIX.get(b["format"])
+    for c in data["components"]:
+        if suffix and not c["entry"].endswith(suffix):
+            found.append(f"component {c['name']} entry {c['entry']} is not a {b['format']} artifact ({suffix})")
+        if b["format"] == "qnn-context" and not any(f.endswith(".bin") for f in c["files"]):
+            found.append(f"component {c['name']} carries no compiled context binary")
+    if found:
+        return Check("plan", False, "; ".join(found), "rebuild from the plan (edge-export recipe ...); a bundle must be what its plan says", tuple(found))
+    return Check("plan", True, f"{b['precision']} / {b['format']}, {len(graphs)} graphs as planned")
+
+
+def _check_placement(data: dict) -> Check:
+    ep = data["target"]["execution_provider"]
+    found = []
+    for c in data["components"]:
+        pl = c.get("placement") or {}
+        by = pl.get("by_provider") or {}
+        if data["bundle"]["format"] == "executorch":
+            from exporter.backends.executorch_export import ALLOWED_UNDELEGATED
+
+            if not by.get("XnnpackBackend"):
+                found.append(f"{c['name']}: nothing delegated to XNNPACK")
+            odd = sorted(op for op in pl.get("not_delegated", {}) if op not in ALLOWED_UNDELEGATED)
+            if odd:
+                found.append(f"{c['name']}: operators outside the delegate that no allowed kernel covers: {odd}")
+            continue
+        if not by or not sum(by.values()):
+            found.append(f"{c['name']}: no placement recorded")
+            continue
+        off = {p: n for p, n in by.items() if p != ep and n}
+        if off:
+            found.append(f"{c['name']}: nodes off {ep}: " + ", ".join(f"{n} on {p}" for p, n in sorted(off.items())))
+    if found:
+        return Check("placement", False, "; ".join(found),
+                     f"the artifact does not run fully on {ep}: fix the unsupported ops in the step module and rebuild", tuple(found))
+    return Check("placement", True, f"every component entirely on {ep}" if data["bundle"]["format"] != "executorch"
+                 else "every program delegated to XNNPACK, the rest on allow-listed portable kernels")
+
+
+def _required_thresholds(recipe_name: str, precision: str, policy: Policy) -> dict | None:
+    from recipes import get_recipe
+    from verify.thresholds import tightened
+
+    recipe = get_recipe(recipe_name)
+    base = recipe.thresholds.get(precision)
+    if base is None:
+        return None
+    th = tightened(base.to_json(), policy.thresholds.get("*"))
+    return tightened(th, policy.thresholds.get(precision))
+
+
+def _final_provider(data: dict) -> str:
+    return "executorch:XnnpackBackend" if data["bundle"]["format"] == "executorch" else data["target"]["execution_provider"]
+
+
+def _check_parity(bundle: Path, data: dict, policy: Policy) -> Check:
+    from verify.thresholds import looser_than, stage_failures
+
+    p, b = data["parity"], data["bundle"]
+    try:
+        full = mf.load_parity(bundle, data)
+    except EdgeExportError as e:
+        return Check("parity", False, e.message, e.hint)
+    found = []
+    if p["verdict"] != "pass":
+        found.append(f"verdict {p['verdict']!r}")
+    if policy.require_published and not b["published"]:
+        found.append("not published")
+    stages = full["stages"]
+    if full.get("verdict") != p["verdict"] or [s["stage"] for s in stages] != [s["stage"] for s in p["stages"]]:
+        found.append(f"the manifest's parity summary disagrees with {p.get('report')}")
+    if not stages:
+        found.append("no parity stages recorded")
+    elif stages[-1]["provider"] != _final_provider(data):
+        found.append(f"the last stage ran on {stages[-1]['provider']}, not the target's {_final_provider(data)}")
+    for s in stages:
+        if p.get("thresholds", {}).get(s["stage"]) != s["thresholds"]:
+            found.append(f"stage {s['stage']}: the manifest's thresholds differ from those the stage was judged with")
+        try:
+            need = _required_thresholds(b["recipe"], s["precision"], policy)
+        except EdgeExportError as e:
+            found.append(f"recipe {b['recipe']!r} is unknown here ({e.message}); its thresholds cannot be checked")
+            break
+        if need is None:
+            found.append(f"stage {s['stage']}: recipe {b['recipe']} has no thresholds for {s['precision']}")
+            continue
+        for th in (s["thresholds"], p.get("thresholds", {}).get(s["stage"], {})):
+            for lo in looser_than(th, need):
+                found.append(f"stage {s['stage']}: {lo['metric']} threshold {lo['recorded']} is looser than the required {lo['required']}")
+        for f in stage_failures(s, need):
+            found.append(f"stage {s['stage']}: {f['component']}/{f['output']} {f['metric']} = {f['value']:.6g} misses {f['threshold']}")
+    found = list(dict.fromkeys(found))
+    if found:
+        return Check("parity", False, "; ".join(found[:8]) + (f"; and {len(found) - 8} more" if len(found) > 8 else ""),
+                     "rebuild and verify with the recipe's thresholds; a bundle is trusted only on its own measured figures", tuple(found))
+    return Check("parity", True, f"pass; {len(stages)} stages meet the recipe's thresholds" + (" tightened by the policy" if policy.thresholds else ""))
+
+
+def _check_checkpoint(data: dict, policy: Policy) -> Check:
+    ck = data["checkpoint"]
+    found = []
+    if policy.require_pinned_checkpoint and not ck.get("pinned"):
+        found.append(f"checkpoint {ck.get('source')} did not match its pin (built with --allow-unpinned)")
+    if not policy.allow_synthetic_checkpoint and ck.get("synthetic"):
+        found.append(f"checkpoint {ck.get('source')} is synthetic (seeded weights), not a released model")
+    if found:
+        return Check("checkpoint", False, "; ".join(found), "build from the pinned checkpoint (its digests must match the recipe's pin)", tuple(found))
+    return Check("checkpoint", True, f"pinned ({ck.get('revision')})" + (", synthetic" if ck.get("synthetic") else ""))
+
+
+def _check_device_validation(bundle: Path, public_key: Path | None, policy: Policy) -> Check:
+    from exporter.hub.records import load_record, record_path
+
+    need = policy.require_device_validation
+    fix = f"run `edge-export hub validate {bundle}` with an AI Hub token"
+    try:
+        rec = load_record(bundle, public_key)
+    except EdgeExportError as e:
+        return Check("device-validation", False, e.message, e.hint)
+    if rec is None:
+        return Check("device-validation", not need, "no device-validation record: simulator-only" + (" (the policy requires a device run)" if need else ""),
+                     fix if need else "")
+    dev = rec["device"]
+    where = f"{dev['name']} ({dev.get('hexagon') or '?'}, {dev.get('chipset')})"
+    if rec["verdict"] != "pass":
+        f = rec.get("failure") or {}
+        why = f"{f.get('stage')} job {f.get('job')}: {f.get('message')}" if f else "outputs missed the bundle's thresholds"
+        return Check("device-validation", False, f"{'simulated ' if rec['simulated'] else ''}validation on {where} failed: {why} ({record_path(bundle).name})",
+                     "the bundle is not qualified on that device; see the record")
+    if rec["simulated"]:
+        return Check("device-validation", not need, f"simulator-only: the record is a replay on the local HTP simulator for {where}, not a device run",
+                     fix if need else "")
+    return Check("device-validation", True, f"validated on {where} by {rec['source']}, {len(rec['components'])} graphs, {rec['created']}")
+
+
+def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: dict[str, str] | None = None) -> BundleAudit:
+    bundle = Path(bundle)
+    try:
+        data = mf.load(bundle)
+    except EdgeExportError as e:
+        return BundleAudit(bundle, (Check("manifest", False, e.message, e.hint),))
+    cell = {k: data["bundle"][k] for k in ("recipe", "target", "precision", "format")}
+    checks = [
+        Check("manifest", True, f"schema {data['schema_version']}, paths inside the bundle"),
+        _check_signature(bundle, data, public_key, policy),
+        _check_files(bundle, data),
+        _check_pins(data, declared_pins() if pins is None else pins, policy),
+        _check_plan(data),
+        _check_placement(data),
+        _check_parity(bundle, data, policy),
+        _check_checkpoint(data, policy),
+        _check_device_validation(bundle, public_key, policy),
+    ]
+    return BundleAudit(bundle, tuple(checks), cell)
+
+
+def audit_paths(paths, public_key: Path | None, policy: Policy) -> list[BundleAudit]:
+    bundles = find_bundles(paths)
+    if not bundles:
+        raise UsageError(f"no bundles (directories holding {mf.MANIFEST}) under {', '.join(map(str, paths))}",
+                         "build one with `edge-export recipe ...` or point at its directory")
+    pins = declared_pins()
+    return [audit_bundle(b, public_key, policy, pins) for b in bundles]

@@ -1,0 +1,215 @@
+"""Parity and audit reports over bundles: JSON, Markdown (a CI job summary), JUnit XML, and HTML.
+
+The report model is built from each bundle's manifest plus its audit (manifests.audit), so what a
+person reads and what CI counts are the same checks: every audit check and every parity figure
+against its threshold is one case. Torch-free and numpy-free.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+
+from manifests import manifest as mf
+
+FORMATS = ("html", "md", "json", "junit")
+
+# (figure in the stage outputs, threshold key, direction)
+FIGURES = (("min_cosine", "min_cosine", ">="), ("min_psnr_db", "min_psnr_db", ">="), ("max_abs", "max_abs", "<="))
+
+
+def _passes(value, limit, op: str) -> bool:
+    if value is None:  # an infinite PSNR (exact match) is recorded as None
+        return op == ">="
+    return value >= limit if op == ">=" else value <= limit
+
+
+def _cases_for_stage(s: dict, th: dict) -> list[dict]:
+    cases = []
+    for comp, outs in sorted(s["outputs"].items()):
+        for out, m in sorted(outs.items()):
+            if m["calls"] == 0:
+                cases.append({"name": f"{comp}.{out}.calls", "ok": False, "value": 0, "threshold": 1, "op": ">="})
+                continue
+            for fig, key, op in FIGURES:
+                cases.append({"name": f"{comp}.{out}.{fig}", "ok": _passes(m[fig], th[key], op), "value": m[fig], "threshold": th[key], "op": op})
+    d = s["decode"]
+    cases.append({"name": "decode.token_agreement", "ok": d["token_agreement"] >= th["min_token_agreement"],
+                  "value": d["token_agreement"], "threshold": th["min_token_agreement"], "op": ">="})
+    short = min((p["greedy_prefix"] - min(th["min_greedy_prefix"], p["steps"]) for p in d["per_prompt"]), default=0)
+    cases.append({"name": "decode.greedy_prefix", "ok": short >= 0, "value": d["min_greedy_prefix"],
+                  "threshold": th["min_greedy_prefix"], "op": ">="})
+    return cases
+
+
+def _worst_per_component(s: dict) -> list[dict]:
+    rows = []
+    for comp, outs in sorted(s["outputs"].items()):
+        ran = {o: m for o, m in outs.items() if m["calls"]}
+        if not ran:
+            rows.append({"component": comp, "calls": 0})
+            continue
+        psnr_out = min(ran, key=lambda o: math.inf if ran[o]["min_psnr_db"] is None else ran[o]["min_psnr_db"])
+        cos_out = min(ran, key=lambda o: ran[o]["min_cosine"])
+        rows.append({
+            "component": comp, "calls": max(m["calls"] for m in ran.values()),
+            "min_cosine": ran[cos_out]["min_cosine"], "cosine_output": cos_out,
+            "min_psnr_db": ran[psnr_out]["min_psnr_db"], "psnr_output": psnr_out,
+            "max_abs": max(m["max_abs"] for m in ran.values()),
+            "psnr_distribution": (ran[psnr_out].get("distribution") or {}).get("psnr_db"),
+            "quantiles": (ran[psnr_out].get("distribution") or {}).get("quantiles"),
+        })
+    return rows
+
+
+def bundle_report(audit) -> dict:
+    """The report of one audited bundle (manifests.audit.BundleAudit)."""
+    rep = {"bundle": str(audit.path), "cell": audit.cell, "audit_ok": audit.ok, "checks": [c.to_json() for c in audit.checks]}
+    try:
+        data = mf.load(audit.path)
+    except Exception:  # the audit already says why the manifest cannot be read
+        return {**rep, "readable": False, "verdict": "unreadable", "stages": [], "placement": []}
+    p = data["parity"]
+    try:
+        full = mf.load_parity(audit.path, data)["stages"]
+    except Exception:  # the audit's parity check says why
+        full = []
+    stages = []
+    for s in full:
+        th = s["thresholds"]
+        stages.append({
+            "stage": s["stage"], "provider": s["provider"], "precision": s["precision"], "verdict": s["verdict"], "thresholds": th,
+            "cases": _cases_for_stage(s, th), "components": _worst_per_component(s),
+            "outputs": s["outputs"],
+            "decode": {k: s["decode"].get(k) for k in ("steps", "prompts", "token_agreement", "min_greedy_prefix", "all_greedy_exact",
+                                                       "agreement_by_step", "per_prompt")},
+        })
+    placement = []
+    for c in data["components"]:
+        by = (c.get("placement") or {}).get("by_provider") or {}
+        total = sum(by.values())
+        placement.append({"component": c["name"], "by_provider": by, "share": {k: (v / total if total else 0.0) for k, v in by.items()}})
+    return {
+        **rep, "readable": True, "verdict": p["verdict"], "published": data["bundle"]["published"],
+        "created": data["bundle"]["created"], "execution_provider": data["target"]["execution_provider"],
+        "verification": data.get("verification", {}), "checkpoint": data["checkpoint"], "tools": data["tools"],
+        "first_failure": p.get("first_failure"), "stages": stages, "placement": placement,
+    }
+
+
+def build_report(audits, policy) -> dict:
+    bundles = [bundle_report(a) for a in audits]
+    return {"schema": "edge-export.report/v1", "policy": policy.to_json(), "ok": all(b["audit_ok"] for b in bundles),
+            "bundles": bundles, "summary": {"bundles": len(bundles), "failing": [b["bundle"] for b in bundles if not b["audit_ok"]]}}
+
+
+def _name(b: dict) -> str:
+    c = b["cell"]
+    return "/".join(str(c.get(k, "?")) for k in ("recipe", "target", "precision")) if c else b["bundle"]
+
+
+def _f(v) -> str:
+    if v is None:
+        return "inf"
+    if isinstance(v, float):
+        return f"{v:.6f}" if abs(v) < 10 and v != 0 and abs(v) >= 1e-3 else f"{v:.4g}"
+    return str(v)
+
+
+def render_markdown(rep: dict) -> str:
+    s = rep["summary"]
+    lines = [f"# edge-export report: {s['bundles']} bundle(s), {len(s['failing'])} failing", "",
+             f"Policy: `{rep['policy']['name']}` ({rep['policy']['source']})", "",
+             "| bundle | verdict | audit | failing checks | worst final-stage cosine | token agreement |", "|---|---|---|---|---|---|"]
+    for b in rep["bundles"]:
+        last = b["stages"][-1] if b["stages"] else None
+        worst = min((r["min_cosine"] for r in last["components"] if r.get("calls")), default=None) if last else None
+        fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
+        lines.append(f"| `{_name(b)}` | {b['verdict']} | {'✅ pass' if b['audit_ok'] else '❌ FAIL'} | {fails} | "
+                     f"{_f(worst) if worst is not None else '—'} | {_f(last['decode']['token_agreement']) if last else '—'} |")
+    for b in rep["bundles"]:
+        lines += ["", f"## `{_name(b)}`", "", f"Bundle `{b['bundle']}`" + (f", built {b['created']}" if b.get("created") else ""), ""]
+        lines += ["| check | result | detail |", "|---|---|---|"]
+        for c in b["checks"]:
+            detail = c["message"].replace("|", "\\|") + (f" — fix: {c['fix']}" if not c["ok"] and c["fix"] else "")
+            lines.append(f"| {c['id']} | {'pass' if c['ok'] else '**FAIL**'} | {detail} |")
+        for st in b["stages"]:
+            th, d = st["thresholds"], st["decode"]
+            lines += ["", f"### Stage `{st['stage']}` on {st['provider']} ({st['precision']}): {st['verdict']}", "",
+                      f"Token agreement {_f(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
+                      f"{d['min_greedy_prefix']} (≥ {th['min_greedy_prefix']}, or a prompt’s whole decode where shorter) over {d['steps']} steps, {d['prompts']} prompts.", "",
+                      f"| component | calls | min cosine (≥ {th['min_cosine']}) | min PSNR dB (≥ {th['min_psnr_db']}) | max abs (≤ {th['max_abs']}) | worst output |",
+                      "|---|---|---|---|---|---|"]
+            for r in st["components"]:
+                if not r.get("calls"):
+                    lines.append(f"| {r['component']} | 0 | — | — | — | never ran |")
+                    continue
+                mark = lambda ok: "" if ok else " ❌"
+                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'])}{mark(r['min_cosine'] >= th['min_cosine'])} | "
+                             f"{_f(r['min_psnr_db'])}{mark(_passes(r['min_psnr_db'], th['min_psnr_db'], '>='))} | "
+                             f"{_f(r['max_abs'])}{mark(r['max_abs'] <= th['max_abs'])} | {r['psnr_output']} |")
+        if b["placement"]:
+            lines += ["", "Placement: " + "; ".join(
+                f"{p['component']} " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(p["share"].items())) for p in b["placement"])]
+    return "\n".join(lines) + "\n"
+
+
+def junit_cases(b: dict) -> list[dict]:
+    """One case per audit check and per parity figure against its threshold."""
+    cases = [{"name": f"audit.{c['id']}", "ok": c["ok"], "message": c["message"], "fix": c.get("fix", "")} for c in b["checks"]]
+    for st in b["stages"]:
+        for c in st["cases"]:
+            cases.append({"name": f"parity.{st['stage']}.{c['name']}", "ok": c["ok"],
+                          "message": f"{c['name']} = {_f(c['value'])}, required {c['op']} {c['threshold']} ({st['provider']}, {st['precision']})", "fix": ""})
+    return cases
+
+
+def render_junit(rep: dict) -> str:
+    suites = []
+    total = failures = 0
+    for b in rep["bundles"]:
+        cases = junit_cases(b)
+        n_fail = sum(not c["ok"] for c in cases)
+        total += len(cases)
+        failures += n_fail
+        classname = _name(b).replace("/", ".")
+        body = []
+        for c in cases:
+            attrs = f'classname="{xml_escape(classname, {chr(34): "&quot;"})}" name="{xml_escape(c["name"], {chr(34): "&quot;"})}"'
+            if c["ok"]:
+                body.append(f"    <testcase {attrs}/>")
+            else:
+                msg = xml_escape(c["message"], {'"': "&quot;"})
+                text = xml_escape(c["message"] + (f"\nfix: {c['fix']}" if c["fix"] else "") + f"\nbundle: {b['bundle']}")
+                body.append(f'    <testcase {attrs}>\n      <failure message="{msg}" type="{c["name"].split(".")[0]}">{text}</failure>\n    </testcase>')
+        q = {'"': "&quot;"}
+        props = f'    <properties><property name="bundle" value="{xml_escape(b["bundle"], q)}"/></properties>'
+        suites.append(f'  <testsuite name="{xml_escape(_name(b), q)}" tests="{len(cases)}" failures="{n_fail}" errors="0" skipped="0">\n'
+                      + props + "\n" + "\n".join(body) + "\n  </testsuite>")
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="edge-export" tests="{total}" failures="{failures}" errors="0">\n'
+            + "\n".join(suites) + "\n</testsuites>\n")
+
+
+def render(rep: dict, fmt: str) -> str:
+    import json
+
+    from exporter.errors import UnknownNameError
+
+    if fmt == "json":
+        return json.dumps(rep, indent=1, sort_keys=True) + "\n"
+    if fmt == "md":
+        return render_markdown(rep)
+    if fmt == "junit":
+        return render_junit(rep)
+    if fmt == "html":
+        from verify.report_html import render_html
+
+        return render_html(rep)
+    raise UnknownNameError("report format", fmt, list(FORMATS))
+
+
+def write(text: str, output: Path) -> None:
+    from exporter.atomic import write_text_atomic
+
+    write_text_atomic(output, text)

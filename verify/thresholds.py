@@ -1,0 +1,65 @@
+"""Judging recorded parity figures against thresholds, on plain JSON (no numpy, no torch).
+
+The build (verify.parity) and the audit (manifests.audit) both judge with these functions, so a
+manifest's verdict can be re-derived from its own figures by anyone with the core install.
+"""
+
+from __future__ import annotations
+
+import math
+
+# direction of each threshold: a "min_" threshold is stricter when higher, "max_" when lower
+METRICS = ("min_cosine", "min_psnr_db", "max_abs", "min_token_agreement", "min_greedy_prefix")
+
+
+def stricter(a: float, b: float, metric: str) -> float:
+    return min(a, b) if metric.startswith("max_") else max(a, b)
+
+
+def looser_than(recorded: dict, required: dict) -> list[dict]:
+    """Metrics where ``recorded`` thresholds accept more than ``required`` (missing counts as looser)."""
+    out = []
+    for metric in METRICS:
+        if metric not in required:
+            continue
+        want, got = required[metric], recorded.get(metric)
+        if got is None or (got > want if metric.startswith("max_") else got < want):
+            out.append({"metric": metric, "recorded": got, "required": want})
+    return out
+
+
+def tightened(base: dict, extra: dict | None) -> dict:
+    """``base`` thresholds with ``extra`` applied where it is stricter (a policy never loosens)."""
+    out = dict(base)
+    for metric, value in (extra or {}).items():
+        out[metric] = stricter(out[metric], value, metric) if metric in out else value
+    return out
+
+
+def stage_failures(stage: dict, th: dict) -> list[dict]:
+    """Every threshold a stage's recorded figures miss: one entry per (component, output, metric)."""
+    name = stage["stage"]
+    fails = []
+    for comp, outs in stage["outputs"].items():
+        for out, m in outs.items():
+            if m["calls"] == 0:  # a graph the evaluation never ran is not verified
+                fails.append({"stage": name, "component": comp, "output": out, "metric": "calls", "value": 0, "threshold": 1})
+                continue
+            psnr = math.inf if m["min_psnr_db"] is None else m["min_psnr_db"]
+            for metric, value, ok, limit in (
+                ("cosine", m["min_cosine"], m["min_cosine"] >= th["min_cosine"], th["min_cosine"]),
+                ("psnr_db", psnr, psnr >= th["min_psnr_db"], th["min_psnr_db"]),
+                ("max_abs", m["max_abs"], m["max_abs"] <= th["max_abs"], th["max_abs"]),
+            ):
+                if not ok:
+                    fails.append({"stage": name, "component": comp, "output": out, "metric": metric, "value": value, "threshold": limit})
+    d = stage["decode"]
+    if d["token_agreement"] < th["min_token_agreement"]:
+        fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",
+                      "value": d["token_agreement"], "threshold": th["min_token_agreement"]})
+    # a prompt near the largest bucket decodes fewer steps; its exact prefix is judged against those
+    short = [p for p in d["per_prompt"] if p["greedy_prefix"] < min(th["min_greedy_prefix"], p["steps"])]
+    if short:
+        fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "greedy_prefix",
+                      "value": min(p["greedy_prefix"] for p in short), "threshold": th["min_greedy_prefix"]})
+    return fails
