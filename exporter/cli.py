@@ -2,7 +2,8 @@
 
 Heavy modules load inside commands, so `edge-export --help` starts instantly.
 Exit codes are those of exporter.errors (0 ok, 2 usage, 3 parity, 4 rejected,
-5 integrity, 6 missing prerequisite).
+5 integrity, 6 missing prerequisite), 7 for an audit with failing bundles, 8 for an AI Hub job
+that outlived its time limit (rerun to resume).
 """
 
 from __future__ import annotations
@@ -306,7 +307,6 @@ def matrix_cmd(
     public_key: Optional[Path] = typer.Option(None, "--public-key", help="Signer's public key for re-checking bundles; default: the local development key."),
 ):
     """Render the 60-cell qualification matrix (5 families x 12 routes) from what is on disk."""
-    from manifests.signing import DEV_KEY_NAME, key_dir, public_path_for
     from verify.matrix import build_matrix, render_html, render_markdown
 
     renderers = {"md": render_markdown, "html": render_html, "json": lambda m: json.dumps(m, indent=2, sort_keys=True) + "\n"}
@@ -314,11 +314,7 @@ def matrix_cmd(
         from exporter.errors import UnknownNameError
 
         raise UnknownNameError("format", fmt, sorted(renderers))
-    key = public_key
-    if key is None:  # the local development key, if one exists; never created here
-        pub = public_path_for(key_dir() / DEV_KEY_NAME)
-        key = pub if pub.exists() else None
-    text = renderers[fmt](build_matrix(out, key))
+    text = renderers[fmt](build_matrix(out, _public_key_or_dev(public_key)))
     if output:
         from exporter.atomic import write_text_atomic
 
@@ -326,6 +322,171 @@ def matrix_cmd(
         _err_console().print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+def _public_key_or_dev(public_key: Optional[Path]) -> Optional[Path]:
+    """The given key, else the local development public key if one exists (never created here)."""
+    if public_key is not None:
+        return public_key
+    from manifests.signing import DEV_KEY_NAME, key_dir, public_path_for
+
+    pub = public_path_for(key_dir() / DEV_KEY_NAME)
+    return pub if pub.exists() else None
+
+
+AUDIT_EXIT = 7
+PUBLIC_KEY_OPT = typer.Option(None, "--public-key", help="Signer's public key (PEM); default: the local development key, if one exists.")
+POLICY_OPT = typer.Option(None, "--policy", help="Policy file (TOML or JSON) that tightens the release policy; see docs/AUDIT.md.")
+
+
+@app.command("audit")
+def audit_cmd(
+    paths: list[Path] = typer.Argument(..., help="Bundle directories, or directories to search for bundles."),
+    public_key: Optional[Path] = PUBLIC_KEY_OPT,
+    policy_file: Optional[Path] = POLICY_OPT,
+    against: Optional[Path] = typer.Option(None, "--against", help="An older build of the same cell: also print what changed (versions, digests, state layout, metric deltas)."),
+    as_json: bool = JSON_OPT,
+):
+    """Audit every bundle under PATHS: signature, streamed file digests, schema, declared pins, plan,
+    placement, parity against the recipe's thresholds, checkpoint pin. Torch-free.
+
+    Exit 0: every bundle passes; 7: at least one fails (each failing bundle and check is named);
+    2: bad arguments or policy file.
+    """
+    from manifests.audit import audit_paths, load_policy
+
+    policy = load_policy(policy_file)
+    audits = audit_paths(paths, _public_key_or_dev(public_key), policy)
+    diff = None
+    if against is not None:
+        from manifests.compare import compare, render_text
+
+        if len(audits) != 1:
+            from exporter.errors import UsageError
+
+            raise UsageError(f"--against compares one bundle, but {len(audits)} were found under {', '.join(map(str, paths))}", "pass one bundle directory")
+        diff = compare(against, audits[0].path)
+    failing = [a for a in audits if not a.ok]
+    if as_json:
+        _print_json({"ok": not failing, "policy": policy.to_json(), "bundles": [a.to_json() for a in audits],
+                     "failing": [str(a.path) for a in failing], **({"compare": diff} if diff else {})})
+    else:
+        from rich.markup import escape
+
+        con = _err_console()
+        for a in audits:
+            con.print(("[green]✓[/green] " if a.ok else "[red]✗[/red] ") + escape(str(a.path)), highlight=False)
+            for c in a.checks:
+                if c.ok:
+                    con.print(f"    [green]pass[/green] {c.id}: {escape(c.message)}", highlight=False)
+                else:
+                    con.print(f"    [red]FAIL[/red] {c.id}: {escape(c.message)}\n         fix: {escape(c.fix)}", highlight=False)
+        con.print(f"{len(audits)} bundle(s) audited under policy {policy.name!r}: "
+                  + (f"[red]{len(failing)} failing[/red]: " + ", ".join(f"{a.path} ({', '.join(c.id for c in a.failing())})" for a in failing)
+                     if failing else "[green]all pass[/green]"), highlight=False)
+        if diff:
+            sys.stdout.write(render_text(diff))
+    if failing:
+        raise typer.Exit(AUDIT_EXIT)
+
+
+@app.command("report")
+def report_cmd(
+    paths: list[Path] = typer.Argument(..., help="Bundle directories, or directories to search for bundles."),
+    fmt: str = typer.Option("html", "--format", "-f", help="html | md | json | junit"),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of stdout."),
+    public_key: Optional[Path] = PUBLIC_KEY_OPT,
+    policy_file: Optional[Path] = POLICY_OPT,
+    strict: bool = typer.Option(False, "--strict", help="Exit 7 if any bundle fails its audit (the report is written first)."),
+):
+    """Parity and audit report per bundle and as an index over all of them (HTML with plots, Markdown
+    for a CI job summary, JSON, or JUnit XML with one test case per check and per threshold)."""
+    from manifests.audit import audit_paths, load_policy
+    from verify.report import FORMATS, build_report, render, write
+
+    if fmt not in FORMATS:
+        from exporter.errors import UnknownNameError
+
+        raise UnknownNameError("report format", fmt, list(FORMATS))
+    policy = load_policy(policy_file)
+    rep = build_report(audit_paths(paths, _public_key_or_dev(public_key), policy), policy)
+    text = render(rep, fmt)
+    if output:
+        write(text, output)
+        _err_console().print(f"wrote {output} ({len(rep['bundles'])} bundle(s), {len(rep['summary']['failing'])} failing)")
+    else:
+        sys.stdout.write(text)
+    if strict and not rep["ok"]:
+        raise typer.Exit(AUDIT_EXIT)
+
+
+hub_app = typer.Typer(help="Qualcomm AI Hub: devices, and validation of a bundle on a real device (signed device-validation record).",
+                       no_args_is_help=True)
+app.add_typer(hub_app, name="hub")
+SIMULATE_OPT = typer.Option(False, "--simulate", help="Use the replay instead of AI Hub: jobs run on the local HTP simulator and every result is labelled simulated.")
+
+
+@hub_app.command("devices")
+def hub_devices_cmd(
+    chipset: Optional[str] = typer.Option(None, "--chipset", help="Only devices with this chipset attribute (e.g. qualcomm-qcs6490)."),
+    simulate: bool = SIMULATE_OPT,
+    as_json: bool = JSON_OPT,
+):
+    """List AI Hub devices (name, OS, chipset, Hexagon version, soc-model)."""
+    from exporter.hub import make_client
+
+    client = make_client(simulate)
+    client.check_reachable(timeout_s=5.0)
+    rows = [d.to_json() for d in client.devices(chipset)]
+    if as_json:
+        _print_json({"source": client.source, "simulated": client.simulated, "devices": rows})
+        return
+    from rich.table import Table
+
+    t = Table("device", "os", "chipset", "hexagon", "soc-model", title=f"{client.source}{' (simulated)' if client.simulated else ''}")
+    for r in rows:
+        t.add_row(r["name"], r["os"] or "-", str(r["chipset"]), str(r["hexagon"]), str(r["soc_model"]))
+    _err_console().print(t)
+
+
+@hub_app.command("validate")
+def hub_validate_cmd(
+    bundle: Path = typer.Argument(..., help="A verified QNN bundle directory."),
+    device: Optional[str] = typer.Option(None, "--device", help="AI Hub device name (default: chosen by the target's chipset attribute)."),
+    chipset: Optional[str] = typer.Option(None, "--chipset", help="Chipset attribute to choose the device by (default: the bundle target's)."),
+    samples: int = typer.Option(6, "--samples", min=1, help="Held-out calls per graph sent to the device."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds to wait for all jobs; past it the job ids stay saved and a rerun resumes."),
+    poll: float = typer.Option(15.0, "--poll", help="Seconds between status checks."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="The checkpoint the bundle was built from (default: the recipe's source), for the torch reference."),
+    key: Optional[Path] = typer.Option(None, "--key", help="EC private key to sign the record with; default: the local development key."),
+    public_key: Optional[Path] = PUBLIC_KEY_OPT,
+    simulate: bool = SIMULATE_OPT,
+    as_json: bool = JSON_OPT,
+):
+    """Validate BUNDLE on an AI Hub device: compile (pinned QAIRT), profile, run the held-out inputs,
+    compare with the torch reference under the bundle's thresholds; write BUNDLE.device-validation.json.
+
+    Exit 0: validated; 3: the device run failed or missed a threshold (recorded); 6: no token, no network
+    or no qai_hub; 8: a job outlived --timeout (rerun to resume, nothing is resubmitted).
+    """
+    from exporter.hub import make_client
+    from exporter.hub.validate import ValidateOptions, validate
+    from manifests.signing import resolve_key
+
+    keys = resolve_key(key)
+    pub = public_key or keys.public
+    client = make_client(simulate, store=Path(bundle).parent / ".hub-replay")
+    record = validate(bundle, client, ValidateOptions(public_key=pub, private_key=keys.private, device=device, chipset=chipset,
+                                                      samples=samples, timeout_s=timeout, poll_s=poll, checkpoint=checkpoint),
+                      reporter=RichReporter(quiet=as_json))
+    if as_json:
+        _print_json(record)
+    else:
+        from exporter.hub.records import record_path
+
+        label = " (SIMULATED: replayed on the local HTP simulator, not a device)" if record["simulated"] else ""
+        _err_console().print(f"[green]✓[/green] {bundle} validated on {record['device']['name']}{label}: verdict {record['verdict']}; "
+                             f"record {record_path(bundle)}", highlight=False)
 
 
 @app.command("synthesize")

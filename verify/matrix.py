@@ -11,7 +11,8 @@ and a route's deployments):
   attempted-failed       a run failed: failing stage, reason, evidence, next repair
   unqualified            nothing attempted yet, or an artifact verified only off-target (e.g. the
                          x86 QNN simulator): numerics proven, device execution not
-  functionally-qualified a signed bundle whose parity was measured on the target itself
+  functionally-qualified a signed bundle whose parity was measured on the target itself, or
+                         that passed a (non-simulated) AI Hub device validation recorded beside it
 Performance qualification is a separate field; nothing here measures it yet.
 """
 
@@ -25,6 +26,25 @@ ORDER = ("rejected", "missing-prerequisite", "attempted-failed", "unqualified", 
 PRECEDENCE = {s: i for i, s in enumerate(ORDER)}
 # which attempt of a target counts when several precisions were tried: the most advanced
 BEST = {"functionally-qualified": 5, "unqualified-verified": 4, "attempted-failed": 3, "missing-prerequisite": 2, "rejected": 1}
+
+
+def _device_validation(bundle: Path, public_key: Path | None) -> dict:
+    """What the AI Hub record beside a bundle says: device-validated, simulator-only, or failed."""
+    from exporter.errors import EdgeExportError
+    from exporter.hub.records import load_record
+
+    try:
+        rec = load_record(bundle, public_key)
+    except EdgeExportError as e:
+        return {"on_device": False, "label": f"device-validation record rejected: {e.message}"}
+    if rec is None:
+        return {"on_device": False, "label": "simulator-only (no device validation)"}
+    name = rec["device"]["name"]
+    if rec["verdict"] != "pass":
+        return {"on_device": False, "label": f"device validation on {name} failed" + (" (simulated)" if rec["simulated"] else "")}
+    if rec["simulated"]:
+        return {"on_device": False, "label": f"simulator-only (replayed validation for {name}, not a device run)"}
+    return {"on_device": True, "label": f"device-validated on {name} (AI Hub)"}
 
 
 def _target_status(family: str, target: str, out_root: Path, public_key: Path | None, recipe_blocked: str | None, records) -> dict:
@@ -50,13 +70,17 @@ def _target_status(family: str, target: str, out_root: Path, public_key: Path | 
                 gaps = []
                 if opened.manifest["checkpoint"].get("synthetic"):
                     gaps.append(f"built from a synthetic tiny checkpoint ({opened.manifest['checkpoint']['revision']}), not the family's weights")
-                if not v.get("on_target"):
-                    gaps.append("off-target: " + (v.get("note") or f"measured on {v.get('host_os')}/{v.get('host_abi')}, not on the target"))
+                device = _device_validation(Path(r["bundle"]), public_key)
+                cell["validation"] = device["label"]
+                if not v.get("on_target") and not device["on_device"]:
+                    gaps.append("off-target: " + (v.get("note") or f"measured on {v.get('host_os')}/{v.get('host_abi')}, not on the target")
+                                + f"; {device['label']}")
                 if gaps:
                     cell |= {"status": "unqualified", "detail": "artifact verified, but " + "; ".join(gaps)}
                     rank = "unqualified-verified"
                 else:
-                    cell |= {"status": "functionally-qualified", "detail": f"parity passed on {v.get('host_abi')} ({opened.manifest['bundle']['precision']})"}
+                    where = device["label"] if device["on_device"] else f"parity passed on {v.get('host_abi')}"
+                    cell |= {"status": "functionally-qualified", "detail": f"{where} ({opened.manifest['bundle']['precision']})"}
                     rank = "functionally-qualified"
             except EdgeExportError as e:
                 cell |= {"status": "attempted-failed", "stage": "gate", "detail": f"bundle fails the gate: {e.message}", "next_repair": e.hint}
