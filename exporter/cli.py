@@ -253,11 +253,19 @@ def plan_cmd(
     tgt = get_target(target)
     if ram is not None:
         tgt = tgt.with_ram(ram)
-    plan = make_plan(get_recipe(name), tgt, precision, context, fmt, requested_target=target)
+    recipe = get_recipe(name)
+    plan = make_plan(recipe, tgt, precision, context, fmt, requested_target=target)
+    groups = None
+    if recipe.cost.groups:
+        from exporter.plan import make_group_plans
+
+        groups = make_group_plans(recipe, tgt, precision, context, fmt, requested_target=target)
     if as_json:
-        _print_json(plan.to_json())
+        _print_json({**plan.to_json(), **(groups or {})})
     else:
         _print_plan(plan)
+        if groups:
+            _print_groups(groups)
     if plan.rejection:
         raise typer.Exit(4)
     if plan.missing:
@@ -297,6 +305,31 @@ def _print_plan(plan) -> None:
             con.print(f"  - {escape(x.name)}: {escape(x.reason)}; fix: {escape(x.fix)}")
     else:
         con.print("[green]admitted[/green]")
+
+
+def _print_groups(groups: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from exporter.plan import gib
+
+    t = Table("group", "graphs", "weights", "state", "required", "budget", "verdict",
+              title="component groups, each planned alone (same precision and target; nothing smaller is substituted)")
+    for g in groups["groups"]:
+        r = g["rejection"]
+        verdict = "[green]admitted[/green]" if g["admitted"] else "[red]rejected[/red] " + escape(f"[{r['code']}]")
+        fmt = lambda b: gib(b) if b is not None else "-"
+        t.add_row(g["group"], str(len(g["graphs"])), fmt(g["weights_bytes"]), fmt(g["state_bytes"]), fmt(g["required_bytes"]),
+                  fmt(g["budget_bytes"]), verdict)
+    con = _err_console()
+    con.print(t)
+    for g in groups["groups"]:
+        if g["rejection"]:
+            con.print(f"  {g['group']}: {escape(g['rejection']['reason'])}")
+    tog = groups["admitted_together"]
+    if tog["groups"]:
+        con.print(f"admitted groups together ({', '.join(tog['groups'])}): {gib(tog['required_bytes'])} of {gib(tog['budget_bytes'])} "
+                  + ("[green]fit[/green]" if tog["fits"] else "[red]do not fit at once[/red]") + f"  [dim]{escape(tog['rule'])}[/dim]")
 
 
 @app.command("matrix")

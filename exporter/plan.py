@@ -348,3 +348,42 @@ def make_plan(
         return reject("capacity", f"host staging needs {gib(memory['host_required_bytes'])}; the host has {gib(memory['host_budget_bytes'])}",
                       "choose a host with more RAM", **kw)
     return Plan(**head, **kw)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One component group of a multi-component recipe, planned alone on the target."""
+
+    group: str
+    plan: Plan
+
+    def to_json(self) -> dict:
+        m = self.plan.memory or {}
+        r = self.plan.rejection
+        return {"group": self.group, "admitted": self.plan.admitted, "precision": self.plan.precision,
+                "graphs": [a.graph_name for a in self.plan.artifacts], "weights_bytes": m.get("weights_bytes"),
+                "state_bytes": m.get("state_bytes"), "required_bytes": m.get("required_bytes"), "budget_bytes": m.get("budget_bytes"),
+                "rejection": r.to_json() if r else None}
+
+
+def make_group_plans(recipe: Recipe, target: Target, precision: str | None = None, context: int | None = None,
+                     fmt: str | None = None, requested_target: str | None = None) -> dict:
+    """Each group of ``recipe.cost.groups`` planned alone (same precision, target and format), and the
+    groups admitted alone checked together: a runtime that holds them at once needs their sum (one
+    runtime overhead and one safety margin per group is an over-count this reports as is)."""
+    from dataclasses import replace
+
+    groups = []
+    for g in recipe.cost.groups:
+        cost = recipe.cost.group(g)
+        ctx = context if cost.contexts() else None  # an encoder has no context buckets
+        sub = replace(recipe, name=f"{recipe.name}/{g.name}", cost=cost)
+        groups.append(GroupPlan(g.name, make_plan(sub, target, precision, ctx, fmt, requested_target)))
+    admitted = [x for x in groups if x.plan.admitted and x.plan.memory]
+    overhead = max((x.plan.memory["runtime_overhead_bytes"] for x in admitted), default=0)
+    together = sum(x.plan.memory["required_bytes"] - x.plan.memory["runtime_overhead_bytes"] for x in admitted) + overhead
+    budget = admitted[0].plan.memory["budget_bytes"] if admitted else None
+    return {"groups": [x.to_json() for x in groups],
+            "admitted_together": {"groups": [x.group for x in admitted], "required_bytes": together, "budget_bytes": budget,
+                                  "fits": budget is not None and together <= budget,
+                                  "rule": "sum of the admitted groups' requirements, with one runtime overhead"}}

@@ -57,12 +57,32 @@ class StateCost:
 
 
 @dataclass(frozen=True)
+class GraphGroup:
+    """Graphs a runtime loads and drops together (a tower, the language model, the speech decoder): the
+    unit a multi-component plan admits or rejects on its own."""
+
+    name: str
+    components: tuple[str, ...]  # GraphCost.component names
+    states: tuple[str, ...] = ()  # StateCost names this group's graphs read and write
+    language: bool = False  # its weight sets count as the language model's
+
+
+@dataclass(frozen=True)
 class CostModel:
     graphs: tuple[GraphCost, ...]
     states: tuple[StateCost, ...]
     source: str  # where the dimensions come from
     language_weight_sets: tuple[str, ...] = ()
     shares_weights: bool = False  # the recipe builds weight-shared graphs where the accelerator allows
+    groups: tuple[GraphGroup, ...] = ()  # multi-component recipes: planned group by group as well as whole
+
+    def group(self, g: GraphGroup) -> "CostModel":
+        """The cost model of one group alone."""
+        from dataclasses import replace
+
+        graphs = tuple(x for x in self.graphs if x.component in g.components)
+        return replace(self, graphs=graphs, states=tuple(x for x in self.states if x.name in g.states),
+                       language_weight_sets=self.language_weight_sets if g.language else (), groups=())
 
     def contexts(self) -> list[int]:
         return sorted({g.bucket.context for g in self.graphs if g.role in ("prefill", "decode")})

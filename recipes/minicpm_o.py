@@ -8,7 +8,7 @@ speech-token decoder (Llama-style, 20 layers, 768), flow-matching decoder and vo
 from __future__ import annotations
 
 from recipes.base import plan_only
-from recipes.cost import CostModel, encoder_graph, kv_state
+from recipes.cost import CostModel, GraphGroup, encoder_graph, kv_state
 from recipes.families import lm_graphs, vit_params
 from recipes.shapes import qwen3_tensor_shapes
 
@@ -48,6 +48,14 @@ RECIPE = plan_only(
                 "resampler from their published layouts; flow decoder (~0.1B) and vocoder (~0.02B) are estimates"),
         language_weight_sets=("embed", "decoder", "head"),
         shares_weights=True,
+        # what a runtime loads and drops together; each is admitted or rejected on its own (never a smaller model)
+        groups=(
+            GraphGroup("vision", ("vision", "resampler")),
+            GraphGroup("audio", ("audio",)),
+            GraphGroup("language", ("embedding", "prefill", "decode", "head"), ("kv-llm",), language=True),
+            GraphGroup("speech-decoder", ("speech_embedding", "speech_prefill", "speech_decode", "speech_head"), ("kv-speech",)),
+            GraphGroup("flow-vocoder", ("flow_step", "vocoder")),
+        ),
     ),
     blocked="minicpm-o has no checkpoint pin and exporter yet (issue #8); upstream code needs trust_remote_code, which edge-export refuses",
 )

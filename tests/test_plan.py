@@ -188,3 +188,50 @@ def test_without_sharing_only_the_active_bucket_is_resident():
     assert p.memory["weights_bytes"] == rest + max(stack.values())
     assert res["transition_load_bytes"] == max(stack.values())
     assert p.memory["weights_all_graphs_bytes"] == rest + sum(stack.values()) > p.memory["weights_bytes"]
+
+
+def test_minicpm_o_on_qcs6490_admits_the_towers_and_rejects_the_language_model_for_capacity():
+    """Component groups are planned alone at the asked precision: never a smaller model, never 4-bit on v68."""
+    from exporter.plan import make_group_plans
+
+    r = get_recipe("minicpm-o")
+    assert make_plan(r, get_target("qcs6490")).rejection.code == "precision-unsupported"  # the recipe's w4a16: no 4-bit on v68
+    d = make_group_plans(r, get_target("qcs6490"), "w8a16")
+    by = {g["group"]: g for g in d["groups"]}
+    assert {g for g, x in by.items() if x["admitted"]} == {"vision", "audio", "speech-decoder", "flow-vocoder"}
+    lang = by["language"]
+    assert lang["rejection"]["code"] == "capacity" and lang["precision"] == "w8a16"
+    assert lang["required_bytes"] > lang["budget_bytes"] == 4.5 * GiB
+    assert lang["weights_bytes"] > 7 * GiB  # 8B parameters at one byte, before any per-graph copies
+    assert "minicpm-o/language w8a16 needs" in lang["rejection"]["reason"]
+    tog = d["admitted_together"]
+    assert tog["fits"] and tog["required_bytes"] < tog["budget_bytes"]
+    assert "language" not in tog["groups"]
+
+
+def test_minicpm_o_language_at_four_bits_fits_x_elite_and_needs_weight_sharing_on_sm8750(sharing_toolchain):
+    from exporter.plan import make_group_plans
+
+    r = get_recipe("minicpm-o")
+    for t in ("x-elite", "sm8750"):
+        lang = {g["group"]: g for g in make_group_plans(r, get_target(t), "w4a16")["groups"]}["language"]
+        assert lang["admitted"], (t, lang["rejection"])
+
+
+def test_minicpm_o_sm8750_four_bit_language_rejection_names_the_sharing_gap():
+    from exporter.plan import make_group_plans
+
+    lang = {g["group"]: g for g in make_group_plans(get_recipe("minicpm-o"), get_target("sm8750"), "w4a16")["groups"]}["language"]
+    assert lang["rejection"]["code"] == "capacity" and "weight sharing is not usable" in lang["rejection"]["reason"]
+    assert {g["group"]: g for g in make_group_plans(get_recipe("minicpm-o"), get_target("x-elite"), "w4a16")["groups"]}["language"]["admitted"]
+
+
+def test_plan_cli_shows_the_groups_with_their_arithmetic():
+    exe = sys.executable.rsplit("/", 1)[0] + "/edge-export"
+    p = subprocess.run([exe, "plan", "minicpm-o", "-t", "qcs6490", "-p", "w8a16", "--json"], capture_output=True, text=True)
+    out = json.loads(p.stdout)
+    assert p.returncode == 4 and out["rejection"]["code"] == "capacity"  # the whole recipe does not fit
+    assert [g["group"] for g in out["groups"]] == ["vision", "audio", "language", "speech-decoder", "flow-vocoder"]
+    p = subprocess.run([exe, "plan", "minicpm-o", "-t", "qcs6490", "-p", "w8a16"], capture_output=True, text=True)
+    text = " ".join(p.stderr.split())
+    assert "rejected [capacity]" in text and "admitted groups together (vision, audio, speech-decoder, flow-vocoder)" in text
