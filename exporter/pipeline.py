@@ -372,13 +372,14 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
     }
 
     def build(tmp: Path) -> dict:
+        from exporter.backends.executorch_export import PROVIDER as ET_PROVIDER
         from verify.parity import measure_stage, summarize
         from verify.reference import LMReference
 
         reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
         results, placement = [], {}
         for name, paths, precision, target in stages:
-            provider = "executorch:XnnpackBackend" if ctx.plan.format == "executorch" else target["execution_provider"]
+            provider = ET_PROVIDER if ctx.plan.format == "executorch" else target["execution_provider"]
             with ctx.reporter.stage("verify", f"{name} on {provider}"):
                 runners, pl = _runners(paths, target, ctx.manifest_components())
                 res = measure_stage(

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.errors import EdgeExportError, UsageError
-from exporter.hashing import sha256_file
 from manifests import manifest as mf
 
 CHECKS = ("manifest", "signature", "files", "pins", "plan", "placement", "parity", "checkpoint", "device-validation")
@@ -56,6 +55,8 @@ class BundleAudit:
     path: Path
     checks: tuple[Check, ...]
     cell: dict = field(default_factory=dict)  # recipe / target / precision / format, where readable
+    manifest: dict | None = field(default=None, repr=False)  # as read and validated by the audit (reports reuse it)
+    parity_stages: list | None = field(default=None, repr=False)  # the full parity.json stages, where readable
 
     @property
     def ok(self) -> bool:
@@ -169,24 +170,11 @@ def _check_signature(bundle: Path, data: dict, public_key: Path | None, policy: 
 
 
 def _check_files(bundle: Path, data: dict) -> Check:
-    listed = set(data["files"])
-    on_disk = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
-    found = [{"file": f, "problem": "added (not in the manifest)"} for f in sorted(on_disk - listed - {mf.MANIFEST, mf.SIGNATURE})]
-    found += [{"file": f, "problem": "missing"} for f in sorted(listed - on_disk)]
-    for rel, meta in sorted(data["files"].items()):
-        p = bundle / rel
-        if rel not in on_disk:
-            continue
-        if p.is_symlink():
-            found.append({"file": rel, "problem": "symbolic link (bundles hold plain files only)"})
-        elif p.stat().st_size != meta["size"]:
-            found.append({"file": rel, "problem": f"size {p.stat().st_size}, manifest says {meta['size']}"})
-        elif sha256_file(p) != meta["sha256"]:
-            found.append({"file": rel, "problem": "content differs from its digest"})
+    found = mf.file_findings(bundle, data)
     if found:
         return Check("files", False, "; ".join(f"{f['file']}: {f['problem']}" for f in found),
                      "the bundle was altered after signing: rebuild it (never edit a bundle)", tuple(found))
-    return Check("files", True, f"{len(listed)} files match their digests")
+    return Check("files", True, f"{len(data['files'])} files match their digests")
 
 
 def _public(version: str) -> str:
@@ -288,17 +276,17 @@ def _required_thresholds(recipe_name: str, precision: str, policy: Policy) -> di
 
 
 def _final_provider(data: dict) -> str:
-    return "executorch:XnnpackBackend" if data["bundle"]["format"] == "executorch" else data["target"]["execution_provider"]
+    from exporter.backends.executorch_export import PROVIDER
+
+    return PROVIDER if data["bundle"]["format"] == "executorch" else data["target"]["execution_provider"]
 
 
-def _check_parity(bundle: Path, data: dict, policy: Policy) -> Check:
+def _check_parity(data: dict, full: dict | None, unreadable: EdgeExportError | None, policy: Policy) -> Check:
     from verify.thresholds import looser_than, stage_failures
 
     p, b = data["parity"], data["bundle"]
-    try:
-        full = mf.load_parity(bundle, data)
-    except EdgeExportError as e:
-        return Check("parity", False, e.message, e.hint)
+    if full is None:
+        return Check("parity", False, unreadable.message, unreadable.hint)
     found = []
     if p["verdict"] != "pass":
         found.append(f"verdict {p['verdict']!r}")
@@ -347,7 +335,7 @@ def _check_checkpoint(data: dict, policy: Policy) -> Check:
 
 
 def _check_device_validation(bundle: Path, public_key: Path | None, policy: Policy) -> Check:
-    from exporter.hub.records import load_record, record_path
+    from exporter.hub.records import load_record, record_path, validation_state
 
     need = policy.require_device_validation
     fix = f"run `edge-export hub validate {bundle}` with an AI Hub token"
@@ -355,17 +343,18 @@ def _check_device_validation(bundle: Path, public_key: Path | None, policy: Poli
         rec = load_record(bundle, public_key)
     except EdgeExportError as e:
         return Check("device-validation", False, e.message, e.hint)
-    if rec is None:
+    state = validation_state(rec)
+    if state == "none":
         return Check("device-validation", not need, "no device-validation record: simulator-only" + (" (the policy requires a device run)" if need else ""),
                      fix if need else "")
     dev = rec["device"]
     where = f"{dev['name']} ({dev.get('hexagon') or '?'}, {dev.get('chipset')})"
-    if rec["verdict"] != "pass":
+    if state == "failed":
         f = rec.get("failure") or {}
         why = f"{f.get('stage')} job {f.get('job')}: {f.get('message')}" if f else "outputs missed the bundle's thresholds"
         return Check("device-validation", False, f"{'simulated ' if rec['simulated'] else ''}validation on {where} failed: {why} ({record_path(bundle).name})",
                      "the bundle is not qualified on that device; see the record")
-    if rec["simulated"]:
+    if state == "simulated":
         return Check("device-validation", not need, f"simulator-only: the record is a replay on the local HTP simulator for {where}, not a device run",
                      fix if need else "")
     return Check("device-validation", True, f"validated on {where} by {rec['source']}, {len(rec['components'])} graphs, {rec['created']}")
@@ -378,6 +367,11 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
     except EdgeExportError as e:
         return BundleAudit(bundle, (Check("manifest", False, e.message, e.hint),))
     cell = {k: data["bundle"][k] for k in ("recipe", "target", "precision", "format")}
+    full, unreadable = None, None
+    try:
+        full = mf.load_parity(bundle, data)
+    except EdgeExportError as e:
+        unreadable = e
     checks = [
         Check("manifest", True, f"schema {data['schema_version']}, paths inside the bundle"),
         _check_signature(bundle, data, public_key, policy),
@@ -385,11 +379,11 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
         _check_pins(data, declared_pins() if pins is None else pins, policy),
         _check_plan(data),
         _check_placement(data),
-        _check_parity(bundle, data, policy),
+        _check_parity(data, full, unreadable, policy),
         _check_checkpoint(data, policy),
         _check_device_validation(bundle, public_key, policy),
     ]
-    return BundleAudit(bundle, tuple(checks), cell)
+    return BundleAudit(bundle, tuple(checks), cell, data, full["stages"] if full else None)
 
 
 def audit_paths(paths, public_key: Path | None, policy: Policy) -> list[BundleAudit]:

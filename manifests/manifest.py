@@ -63,6 +63,29 @@ def load(bundle: Path) -> dict:
     return data
 
 
+def file_findings(bundle: Path, data: dict) -> list[dict]:
+    """Every way the files on disk differ from the manifest's table (streamed digests): files added or
+    missing, links, wrong sizes, wrong content. Empty when the bundle is intact."""
+    from exporter.hashing import sha256_file
+
+    bundle = Path(bundle)
+    listed = set(data["files"])
+    on_disk = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
+    found = [{"file": f, "problem": "added (not in the manifest)"} for f in sorted(on_disk - listed - {MANIFEST, SIGNATURE})]
+    found += [{"file": f, "problem": "missing"} for f in sorted(listed - on_disk)]
+    for rel, meta in sorted(data["files"].items()):
+        p = bundle / rel
+        if rel not in on_disk:
+            continue
+        if p.is_symlink():
+            found.append({"file": rel, "problem": "symbolic link (bundles hold plain files only)"})
+        elif p.stat().st_size != meta["size"]:
+            found.append({"file": rel, "problem": f"size {p.stat().st_size}, manifest says {meta['size']}"})
+        elif sha256_file(p) != meta["sha256"]:
+            found.append({"file": rel, "problem": "content differs from its digest"})
+    return found
+
+
 def dumps(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 

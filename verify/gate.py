@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.errors import IntegrityError
-from exporter.hashing import sha256_file
 from manifests import manifest as mf
 from manifests.signing import SignatureError, verify_bundle
 
@@ -73,21 +72,12 @@ class OpenedBundle:
 
 
 def _check_files(bundle: Path, data: dict) -> None:
-    listed = set(data["files"])
-    on_disk = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() or p.is_symlink()}
-    extra = sorted(on_disk - listed - {mf.MANIFEST, mf.SIGNATURE})
-    missing = sorted(listed - on_disk)
-    if extra or missing:
+    found = mf.file_findings(bundle, data)
+    if found:
         raise DigestMismatch(
-            f"{bundle}: files differ from the manifest (added: {extra or 'none'}; missing: {missing or 'none'})",
+            f"{bundle}: files differ from the manifest: " + "; ".join(f"{f['file']}: {f['problem']}" for f in found),
             "the bundle was altered; rebuild it",
         )
-    for rel, meta in sorted(data["files"].items()):
-        p = bundle / rel
-        if p.is_symlink():
-            raise DigestMismatch(f"{p} is a symbolic link; bundles hold plain files only", "rebuild the bundle")
-        if p.stat().st_size != meta["size"] or sha256_file(p) != meta["sha256"]:
-            raise DigestMismatch(f"{p}: content differs from its manifest digest", "the file was altered; rebuild the bundle")
 
 
 def check_bundle(bundle: str | Path, public_key: str | Path, target: str) -> OpenedBundle:

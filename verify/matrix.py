@@ -31,20 +31,19 @@ BEST = {"functionally-qualified": 5, "unqualified-verified": 4, "attempted-faile
 def _device_validation(bundle: Path, public_key: Path | None) -> dict:
     """What the AI Hub record beside a bundle says: device-validated, simulator-only, or failed."""
     from exporter.errors import EdgeExportError
-    from exporter.hub.records import load_record
+    from exporter.hub.records import load_record, validation_state
 
     try:
         rec = load_record(bundle, public_key)
     except EdgeExportError as e:
         return {"on_device": False, "label": f"device-validation record rejected: {e.message}"}
-    if rec is None:
-        return {"on_device": False, "label": "simulator-only (no device validation)"}
-    name = rec["device"]["name"]
-    if rec["verdict"] != "pass":
-        return {"on_device": False, "label": f"device validation on {name} failed" + (" (simulated)" if rec["simulated"] else "")}
-    if rec["simulated"]:
-        return {"on_device": False, "label": f"simulator-only (replayed validation for {name}, not a device run)"}
-    return {"on_device": True, "label": f"device-validated on {name} (AI Hub)"}
+    state = validation_state(rec)
+    name = rec["device"]["name"] if rec else None
+    label = {"none": "simulator-only (no device validation)",
+             "failed": f"device validation on {name} failed" + (" (simulated)" if rec and rec["simulated"] else ""),
+             "simulated": f"simulator-only (replayed validation for {name}, not a device run)",
+             "device": f"device-validated on {name} (AI Hub)"}[state]
+    return {"on_device": state == "device", "label": label}
 
 
 def _target_status(family: str, target: str, out_root: Path, public_key: Path | None, recipe_blocked: str | None, records) -> dict:

@@ -58,6 +58,8 @@ def _openers(spec: dict):
 def probe(spec: dict) -> dict:
     import numpy as np
 
+    from exporter.backends.executorch_export import PROVIDER as ET_PROVIDER
+
     open_graph = _openers(spec)
     baseline = _status("VmRSS")
     reset = _reset_peak()
@@ -77,7 +79,7 @@ def probe(spec: dict) -> dict:
         "session_peak_bytes": after_open - baseline,
         "run_peak_bytes": after_run - baseline,
         "state_buffers_bytes": state_bytes,
-        "provider": "executorch:XnnpackBackend" if spec.get("format") == "executorch" else spec["target"]["execution_provider"],
+        "provider": ET_PROVIDER if spec.get("format") == "executorch" else spec["target"]["execution_provider"],
     }
 
 

@@ -11,29 +11,20 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
-from manifests import manifest as mf
 
 FORMATS = ("html", "md", "json", "junit")
 
-# (figure in the stage outputs, threshold key, direction)
-FIGURES = (("min_cosine", "min_cosine", ">="), ("min_psnr_db", "min_psnr_db", ">="), ("max_abs", "max_abs", "<="))
-
-
-def _passes(value, limit, op: str) -> bool:
-    if value is None:  # an infinite PSNR (exact match) is recorded as None
-        return op == ">="
-    return value >= limit if op == ">=" else value <= limit
-
-
 def _cases_for_stage(s: dict, th: dict) -> list[dict]:
+    from verify.thresholds import output_checks
+
     cases = []
     for comp, outs in sorted(s["outputs"].items()):
         for out, m in sorted(outs.items()):
             if m["calls"] == 0:
                 cases.append({"name": f"{comp}.{out}.calls", "ok": False, "value": 0, "threshold": 1, "op": ">="})
                 continue
-            for fig, key, op in FIGURES:
-                cases.append({"name": f"{comp}.{out}.{fig}", "ok": _passes(m[fig], th[key], op), "value": m[fig], "threshold": th[key], "op": op})
+            cases += [{"name": f"{comp}.{out}.{c['figure']}", "ok": c["ok"], "value": c["value"], "threshold": c["threshold"], "op": c["op"]}
+                      for c in output_checks(m, th)]
     d = s["decode"]
     cases.append({"name": "decode.token_agreement", "ok": d["token_agreement"] >= th["min_token_agreement"],
                   "value": d["token_agreement"], "threshold": th["min_token_agreement"], "op": ">="})
@@ -66,15 +57,11 @@ def _worst_per_component(s: dict) -> list[dict]:
 def bundle_report(audit) -> dict:
     """The report of one audited bundle (manifests.audit.BundleAudit)."""
     rep = {"bundle": str(audit.path), "cell": audit.cell, "audit_ok": audit.ok, "checks": [c.to_json() for c in audit.checks]}
-    try:
-        data = mf.load(audit.path)
-    except Exception:  # the audit already says why the manifest cannot be read
+    data = audit.manifest
+    if data is None:  # the audit's manifest check says why it cannot be read
         return {**rep, "readable": False, "verdict": "unreadable", "stages": [], "placement": []}
     p = data["parity"]
-    try:
-        full = mf.load_parity(audit.path, data)["stages"]
-    except Exception:  # the audit's parity check says why
-        full = []
+    full = audit.parity_stages or []  # unreadable: the audit's parity check says why
     stages = []
     for s in full:
         th = s["thresholds"]
@@ -118,6 +105,8 @@ def _f(v) -> str:
 
 
 def render_markdown(rep: dict) -> str:
+    from verify.thresholds import output_checks
+
     s = rep["summary"]
     lines = [f"# edge-export report: {s['bundles']} bundle(s), {len(s['failing'])} failing", "",
              f"Policy: `{rep['policy']['name']}` ({rep['policy']['source']})", "",
@@ -145,10 +134,10 @@ def render_markdown(rep: dict) -> str:
                 if not r.get("calls"):
                     lines.append(f"| {r['component']} | 0 | — | — | — | never ran |")
                     continue
-                mark = lambda ok: "" if ok else " ❌"
-                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'])}{mark(r['min_cosine'] >= th['min_cosine'])} | "
-                             f"{_f(r['min_psnr_db'])}{mark(_passes(r['min_psnr_db'], th['min_psnr_db'], '>='))} | "
-                             f"{_f(r['max_abs'])}{mark(r['max_abs'] <= th['max_abs'])} | {r['psnr_output']} |")
+                ok = {c["figure"]: c["ok"] for c in output_checks(r, th)}
+                mark = lambda fig: "" if ok[fig] else " ❌"
+                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'])}{mark('min_cosine')} | "
+                             f"{_f(r['min_psnr_db'])}{mark('min_psnr_db')} | {_f(r['max_abs'])}{mark('max_abs')} | {r['psnr_output']} |")
         if b["placement"]:
             lines += ["", "Placement: " + "; ".join(
                 f"{p['component']} " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(p["share"].items())) for p in b["placement"])]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from verify.report import _f as _fmt, _name
+
 GREEN, RED, GREY, BLUE = "#1a7f37", "#cf222e", "#8c959f", "#0969da"
 STAGE_COLOURS = ("#0969da", "#8250df", "#bf8700", "#1a7f37", "#cf222e")
 PROVIDER_COLOURS = {"QNNExecutionProvider": "#8250df", "CPUExecutionProvider": "#0969da", "XnnpackBackend": "#1a7f37", "portable": "#bf8700"}
@@ -30,11 +32,6 @@ def _badge(ok: bool, yes: str = "pass", no: str = "FAIL") -> str:
     return f'<span class="badge" style="background:{GREEN if ok else RED}">{yes if ok else no}</span>'
 
 
-def _name(b: dict) -> str:
-    c = b["cell"]
-    return "/".join(str(c.get(k, "?")) for k in ("recipe", "target", "precision")) if c else b["bundle"]
-
-
 def _anchor(i: int) -> str:
     return f"b{i}"
 
@@ -42,14 +39,6 @@ def _anchor(i: int) -> str:
 def _nines(cos: float) -> float:
     """Cosine similarity as 'nines' (0.999 -> 3), capped at 12: readable on one axis."""
     return min(12.0, -math.log10(max(1.0 - cos, 1e-12)))
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "inf"
-    if isinstance(v, float):
-        return f"{v:.6f}" if 1e-3 <= abs(v) < 10 else f"{v:.4g}"
-    return str(v)
 
 
 def _short(v: float) -> str:
@@ -165,6 +154,8 @@ def _placement_chart(placement: list[dict], width: int = 520) -> str:
 
 
 def _stage_section(st: dict) -> str:
+    from verify.thresholds import output_checks
+
     th, d = st["thresholds"], st["decode"]
     comps = st["components"]
     ran = [r for r in comps if r.get("calls")]
@@ -189,7 +180,7 @@ def _stage_section(st: dict) -> str:
     rows = []
     for comp, outs in sorted(st["outputs"].items()):
         for out, m in sorted(outs.items()):
-            ok = m["calls"] and m["min_cosine"] >= th["min_cosine"] and (m["min_psnr_db"] is None or m["min_psnr_db"] >= th["min_psnr_db"]) and m["max_abs"] <= th["max_abs"]
+            ok = m["calls"] and all(c["ok"] for c in output_checks(m, th))
             rows.append(f'<tr><td>{escape(comp)}</td><td>{escape(out)}</td><td>{m["calls"]}</td><td>{_fmt(m["min_cosine"])}</td>'
                         f'<td>{_fmt(m.get("p05_cosine"))}</td><td>{_fmt(m["min_psnr_db"])}</td><td>{_fmt(m["max_abs"])}</td>'
                         f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</td></tr>')

@@ -36,6 +36,19 @@ def tightened(base: dict, extra: dict | None) -> dict:
     return out
 
 
+def output_checks(m: dict, th: dict) -> list[dict]:
+    """One output's recorded figures against the thresholds: cosine, PSNR (None = exact: infinite) and max abs."""
+    psnr = math.inf if m["min_psnr_db"] is None else m["min_psnr_db"]
+    return [
+        {"metric": "cosine", "figure": "min_cosine", "value": m["min_cosine"], "threshold": th["min_cosine"], "op": ">=",
+         "ok": m["min_cosine"] >= th["min_cosine"]},
+        {"metric": "psnr_db", "figure": "min_psnr_db", "value": psnr, "threshold": th["min_psnr_db"], "op": ">=",
+         "ok": psnr >= th["min_psnr_db"]},
+        {"metric": "max_abs", "figure": "max_abs", "value": m["max_abs"], "threshold": th["max_abs"], "op": "<=",
+         "ok": m["max_abs"] <= th["max_abs"]},
+    ]
+
+
 def stage_failures(stage: dict, th: dict) -> list[dict]:
     """Every threshold a stage's recorded figures miss: one entry per (component, output, metric)."""
     name = stage["stage"]
@@ -45,14 +58,8 @@ def stage_failures(stage: dict, th: dict) -> list[dict]:
             if m["calls"] == 0:  # a graph the evaluation never ran is not verified
                 fails.append({"stage": name, "component": comp, "output": out, "metric": "calls", "value": 0, "threshold": 1})
                 continue
-            psnr = math.inf if m["min_psnr_db"] is None else m["min_psnr_db"]
-            for metric, value, ok, limit in (
-                ("cosine", m["min_cosine"], m["min_cosine"] >= th["min_cosine"], th["min_cosine"]),
-                ("psnr_db", psnr, psnr >= th["min_psnr_db"], th["min_psnr_db"]),
-                ("max_abs", m["max_abs"], m["max_abs"] <= th["max_abs"], th["max_abs"]),
-            ):
-                if not ok:
-                    fails.append({"stage": name, "component": comp, "output": out, "metric": metric, "value": value, "threshold": limit})
+            fails += [{"stage": name, "component": comp, "output": out, "metric": c["metric"], "value": c["value"], "threshold": c["threshold"]}
+                      for c in output_checks(m, th) if not c["ok"]]
     d = stage["decode"]
     if d["token_agreement"] < th["min_token_agreement"]:
         fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",

@@ -30,6 +30,7 @@ from pathlib import Path
 from exporter.errors import EdgeExportError
 
 GROUP_SIZE = 32
+PROVIDER = "executorch:XnnpackBackend"  # how parity records, manifests and the audit name where a program ran
 METHODS = {
     "fp32": "float (XNNPACK fp32)",
     "int8": "pt2e-xnnpack: int8 per-channel symmetric weights, int8 dynamic activations",

@@ -89,6 +89,16 @@ def load_record(bundle: Path, public_key: Path | None) -> dict | None:
     return record
 
 
+def validation_state(record: dict | None) -> str:
+    """What a (verified) record means for qualification: ``none``, ``failed``, ``simulated`` or ``device``.
+    Only ``device`` is a device result; the audit and the matrix both read it through here."""
+    if record is None:
+        return "none"
+    if record["verdict"] != "pass":
+        return "failed"
+    return "simulated" if record["simulated"] else "device"
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     from exporter.atomic import write_text_atomic
 

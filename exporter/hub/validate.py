@@ -111,6 +111,7 @@ def _compare(samples, outputs: dict[str, list], thresholds: dict) -> dict:
     import numpy as np
 
     from verify.metrics import Accumulator
+    from verify.thresholds import output_checks
 
     result = {}
     agree = total = 0
@@ -134,12 +135,8 @@ def _compare(samples, outputs: dict[str, list], thresholds: dict) -> dict:
         if not m.get("calls"):
             failures.append({"output": name, "metric": "calls", "value": 0, "threshold": len(samples)})
             continue
-        psnr = float("inf") if m["min_psnr_db"] is None else m["min_psnr_db"]
-        for metric, value, ok, limit in (("cosine", m["min_cosine"], m["min_cosine"] >= thresholds["min_cosine"], thresholds["min_cosine"]),
-                                         ("psnr_db", psnr, psnr >= thresholds["min_psnr_db"], thresholds["min_psnr_db"]),
-                                         ("max_abs", m["max_abs"], m["max_abs"] <= thresholds["max_abs"], thresholds["max_abs"])):
-            if not ok:
-                failures.append({"output": name, "metric": metric, "value": value, "threshold": limit})
+        failures += [{"output": name, "metric": c["metric"], "value": c["value"], "threshold": c["threshold"]}
+                     for c in output_checks(m, thresholds) if not c["ok"]]
     top1 = agree / total if total else None
     if top1 is not None and top1 < thresholds["min_token_agreement"]:
         failures.append({"output": "logits", "metric": "top1_agreement", "value": top1, "threshold": thresholds["min_token_agreement"]})
