@@ -181,3 +181,20 @@ def test_cli_validate_with_simulate_says_so(bundle, dev_keys):
     p = subprocess.run([EXE, "hub", "devices", "--simulate", "--chipset", "qualcomm-qcs6490", "--json"], capture_output=True, text=True)
     out = json.loads(p.stdout)
     assert out["simulated"] and [d["hexagon"] for d in out["devices"]] == ["v68"]
+
+
+def test_bad_validation_inputs_are_named_with_what_to_do(bundle, dev_keys, tmp_path):
+    from exporter.errors import IntegrityError, UnknownNameError
+
+    with pytest.raises(UnknownNameError) as e:  # a device name that drifted: the listed names are suggested
+        validate(bundle, ReplayHub(tmp_path / "hub"), _opts(dev_keys, tmp_path, device="Dragonwing RB3 Gen 2"))
+    assert "Dragonwing RB3 Gen 2 Vision Kit" in str(e.value.message) + str(e.value.hint)
+    other = tmp_path / "other"
+    from recipes.tiny_lm import RECIPE
+
+    RECIPE.synthesize(other)
+    (other / "config.json").write_text((other / "config.json").read_text() + "\n")  # not the checkpoint the bundle names
+    with pytest.raises(IntegrityError, match="config.json: SHA-256 .* does not match the pin") as e:  # the bundle's pin holds
+        validate(bundle, ReplayHub(tmp_path / "hub2"), _opts(dev_keys, tmp_path, checkpoint=other))
+    assert "pinned snapshot" in e.value.hint
+    assert not record_path(bundle).exists()  # nothing recorded for a reference that cannot be trusted
