@@ -91,6 +91,8 @@ def recipe_cmd(
     OUT/RECIPE/TARGET/PRECISION.record.json (where `edge-export matrix` reads it) and
     exits 4 or 6 before any heavy work. Every outcome, success included, is recorded.
     """
+    from rich.markup import escape
+
     from exporter.pipeline import build
 
     reporter = RichReporter(quiet=as_json)
@@ -98,7 +100,8 @@ def recipe_cmd(
     results = build(name, target, precision, ram_gib=ram, out_root=out, key=key, checkpoint=checkpoint,
                     allow_unpinned=allow_unpinned, cache_root=cache, reporter=reporter, context=context, fmt=fmt,
                     command=" ".join(["edge-export", *sys.argv[1:]]))
-    failed = [r for r in results if r.status == "parity-failed"]
+    failed = [r for r in results if r.status in ("parity-failed", "failed")]
+    built = [r for r in results if r.status in ("published", "up-to-date")]
     if as_json:
         _print_json({"results": [r.to_json() for r in results], "wall_s": round(time.perf_counter() - t, 2)})
     else:
@@ -109,10 +112,16 @@ def recipe_cmd(
                 con.print(f"[red]✗ {r.recipe}/{r.target}/{r.precision}: parity FAILED[/red] at stage {f['stage']}, "
                           f"component {f['component']}, {f['output']} {f['metric']} = {f['value']:.4g} (threshold {f['threshold']}); "
                           f"nothing published; report: {r.bundle / 'parity.md'}")
+            elif r.status == "failed":
+                con.print(f"[red]✗ {r.recipe}/{r.target}/{r.precision}: build failed[/red]: {escape(r.parity.get('reason', ''))}; recorded in {r.bundle}")
+            elif r.status in ("rejected", "missing-prerequisite"):
+                con.print(f"[yellow]– {r.recipe}/{r.target}/{r.precision}: {r.status}[/yellow]: {escape(r.parity.get('reason', ''))}")
             else:
                 con.print(f"[green]✓ {r.recipe}/{r.target}/{r.precision}[/green] {r.status}: {r.bundle}")
     if failed:
         raise typer.Exit(3)
+    if not built:  # a multi-component recipe of which no group could be built
+        raise typer.Exit(4 if any(r.status == "rejected" for r in results) else 6)
 
 
 @app.command("verify")

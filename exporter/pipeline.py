@@ -61,7 +61,7 @@ class BuildResult:
     recipe: str
     target: str
     precision: str
-    status: str  # published | up-to-date | parity-failed
+    status: str  # published | up-to-date | parity-failed; for a group of a multi-component recipe also rejected | missing-prerequisite | failed
     bundle: Path
     parity: dict
     timings: dict = field(default_factory=dict)
@@ -114,9 +114,21 @@ class Context:
         comps = replace(self.recipe, components=self.components).to_json()["components"]
         return [{**c, **self.component_extra.get(c["name"], {})} for c in comps]
 
+    @property
+    def harness(self):
+        """The recipe's build harness (exporter/multimodal.py), or None for the language-model path."""
+        if not self.recipe.harness:
+            return None
+        from exporter.multimodal import harness_for
+
+        return harness_for(self.recipe)
+
     def calibration(self):
         """The one calibration set of this build: it fills the largest context bucket."""
         from calibration.lm_data import calibration_set
+
+        if self.harness:
+            return self.harness.calibration(self)
 
         context = max(c.bucket.context for c in self.components)
         return calibration_set(self.recipe.model_config["vocab_size"], context)
@@ -125,6 +137,8 @@ class Context:
         """The held-out prompts of this build (verify; AI Hub validation replays the same set)."""
         from calibration.lm_data import evaluation_set
 
+        if self.harness:
+            return self.harness.evaluation(self)
         pre = next(c for c in self.components if c.role == "prefill")
         contexts = sorted({c.bucket.context for c in self.components if c.role in ("prefill", "decode")})
         # with several buckets, one long prompt makes prefill run in every bucket
@@ -138,13 +152,15 @@ class Context:
         if self._model is None:
             from exporter.backends.onnx_export import load_hf_model
 
-            with self.reporter.stage("load", f"{self.recipe.architecture} from {self.ckpt.directory}"):
-                self._model = load_hf_model(self.ckpt.directory, self.recipe.architecture)
+            with self.reporter.stage("load", f"{self.recipe.name} from {self.ckpt.directory}"):
+                self._model = self.harness.load(self) if self.harness else load_hf_model(self.ckpt.directory, self.recipe.architecture)
         return self._model
 
     def step_module(self, component, pooled_mean: bool = False):
         from exporter.models import step_module
 
+        if self.harness:
+            return self.harness.step_module(self, component, pooled_mean)
         return step_module(self.model(), self.recipe.architecture, component, pooled_mean)
 
     @contextlib.contextmanager
@@ -219,8 +235,9 @@ def stage_lower_executorch(ctx: "Context") -> tuple[dict[str, Path], dict[str, d
 
 
 def stage_export(ctx: Context) -> dict[str, Path]:
-    from exporter.backends.onnx_export import export_component
+    from exporter.backends.onnx_export import OPSET, export_component
 
+    opset = ctx.harness.opset if ctx.harness else OPSET
     out = {}
     mcomps = {c["name"]: c for c in ctx.manifest_components()}
     for comp in ctx.components:
@@ -231,9 +248,10 @@ def stage_export(ctx: Context) -> dict[str, Path]:
             "component": mcomps[comp.name],
             "tools": ctx.tool_subset(EXPORT_TOOLS),
             "code": code_digest(),
+            "opset": opset,
         }
         with ctx.timed("export", comp.graph_name):
-            r = ctx.cache.run("export", inputs, lambda tmp, c=comp: export_component(ctx.step_module(c), c, tmp))
+            r = ctx.cache.run("export", inputs, lambda tmp, c=comp: export_component(ctx.step_module(c), c, tmp, opset))
         ctx.hits[f"export/{comp.name}"] = r.hit
         out[comp.name] = r.path / "model.onnx"
     return out
@@ -277,7 +295,9 @@ def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path]
     cal = ctx.calibration()
     out, info = {}, {}
     for name, src in fp32.items():
-        inputs = {"source": sha256_file(src), "precision": precision, "tools": ctx.tool_subset(QUANT_TOOLS), "code": code_digest()}
+        options = ctx.recipe.quant_options.get(precision, {})
+        inputs = {"source": sha256_file(src), "precision": precision, "tools": ctx.tool_subset(QUANT_TOOLS), "code": code_digest(),
+                  **({"options": options} if options else {})}
         if method == "ort-qdq-static":
             inputs["calibration"] = cal.digest
 
@@ -287,9 +307,9 @@ def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path]
             if method == "ort-dynamic":
                 return q.dynamic_int8(src, tmp / "model.onnx")
             if ctx._feeds is None:
-                with ctx.reporter.stage("calibrate", f"{cal.name} ({len(cal.sequences)} sequences)"):
-                    ctx._feeds = calibration_feeds(ctx, fp32)
-            return q.static_w8a16(src, tmp / "model.onnx", ctx._feeds[name])
+                with ctx.reporter.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples)"):
+                    ctx._feeds = ctx.harness.calibration_feeds(ctx, fp32) if ctx.harness else calibration_feeds(ctx, fp32)
+            return q.static_w8a16(src, tmp / "model.onnx", ctx._feeds[name], **options)
 
         with ctx.timed("quantize", f"{name} {precision}"):
             r = ctx.cache.run("quantize", inputs, build)
@@ -359,7 +379,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
     from calibration.lm_data import check_disjoint
 
     ev = ctx.evaluation()
-    check_disjoint(ctx.calibration(), ev)
+    (ctx.harness.check_disjoint if ctx.harness else check_disjoint)(ctx.calibration(), ev)
     stages = _verification_stages(ctx, fp32, quantized, final)
     inputs = {
         "artifacts": {s: {n: artifact_digest(p) for n, p in paths.items()} for s, paths, _, _ in stages},
@@ -376,13 +396,13 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
         from verify.parity import measure_stage, summarize
         from verify.reference import LMReference
 
-        reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
+        reference = None if ctx.harness else LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
         results, placement = [], {}
         for name, paths, precision, target in stages:
             provider = ET_PROVIDER if ctx.plan.format == "executorch" else target["execution_provider"]
             with ctx.reporter.stage("verify", f"{name} on {provider}"):
                 runners, pl = _runners(paths, target, ctx.manifest_components())
-                res = measure_stage(
+                res = ctx.harness.measure(ctx, name, provider, precision, runners, ctx.manifest_components()) if ctx.harness else measure_stage(
                     name, provider, precision, runners, ctx.manifest_components(),
                     ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
                     ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
@@ -599,7 +619,8 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
                         "verdict": v["verdict"],
                         "provider": v["provider"],
                         "precision": v["precision"],
-                        "decode": {k: v["decode"][k] for k in ("steps", "token_agreement", "min_greedy_prefix", "all_greedy_exact")},
+                        "decode": {k: v["decode"].get(k) for k in ("applicable", "steps", "token_agreement", "min_greedy_prefix", "all_greedy_exact")
+                                   if k in v["decode"]},
                         "worst": _worst(v["outputs"]),
                     }
                     for v in summary["stages"]
@@ -630,7 +651,41 @@ def build(recipe_name: str, target_name: str, precision: str | None = None, ram_
     target = get_target(target_name)
     if ram_gib is not None:
         target = target.with_ram(ram_gib)
+    if recipe.group_recipes is not None:
+        return build_groups(recipe, target, precision, fmt, target_name, **kw)
     return [build_one(recipe, target, p, requested_target=target_name, fmt=fmt, **kw) for p in precisions_for(recipe, target, precision, fmt)]
+
+
+def build_groups(recipe: Recipe, target: Target, precision: str | None, fmt: str | None, requested_target: str, **kw) -> list[BuildResult]:
+    """A multi-component recipe: every group planned and, where admitted, built as its own signed bundle
+    (OUT/RECIPE.GROUP/TARGET/PRECISION); a rejected group or one with a missing prerequisite is recorded
+    and the others go on (never a smaller model in its place)."""
+    from dataclasses import replace
+
+    from manifests.records import record_path, write_record
+
+    out_root = Path(kw["out_root"])
+    results = []
+    for group, sub in recipe.group_recipes().items():
+        if sub is None:
+            g = next(x for x in recipe.cost.groups if x.name == group)
+            shell = replace(recipe, name=f"{recipe.name}.{group}", cost=recipe.cost.group(g), group_recipes=None)
+            plan = make_plan(shell, target, precision, None, fmt, requested_target)
+            reason, fix = recipe.group_missing[group]
+            path = write_record(out_root, shell.name, target.name, plan.precision, "missing-prerequisite", code="missing-prerequisite",
+                                reason=reason, fix=fix, stage="plan", plan=plan.to_json(), command=kw.get("command"))
+            results.append(BuildResult(shell.name, target.name, plan.precision, "missing-prerequisite", path, {"reason": reason}))
+            continue
+        gkw = {**kw, "context": kw.get("context") if sub.cost.contexts() else None}  # an encoder has no context buckets
+        for p in precisions_for(sub, target, precision, fmt):
+            try:
+                results.append(build_one(sub, target, p, requested_target=requested_target, fmt=fmt, **gkw))
+            except EdgeExportError as e:  # recorded by build_one; the other groups go on
+                status = "rejected" if isinstance(e, PlanRejected) else "missing-prerequisite" if isinstance(e, MissingPrerequisite) else "failed"
+                prec = p or make_plan(sub, target, None, gkw["context"], fmt).precision
+                results.append(BuildResult(sub.name, target.name, prec, status, record_path(out_root, sub.name, target.name, prec),
+                                           {"reason": e.message}))
+    return results
 
 
 def read_checkpoint_config(directory: Path) -> dict:

@@ -10,6 +10,7 @@ from exporter.errors import UnknownNameError
 REGISTRY: dict[str, str] = {
     "tiny-lm": "recipes.tiny_lm",
     "tiny-spark": "recipes.spark:TINY",
+    "tiny-minicpm-o": "recipes.minicpm_o:TINY",
     # the roadmap's five families; plan-only until their issues add a pin and exporter
     "spark": "recipes.spark",
     "qwen3-tts": "recipes.qwen3_tts",
@@ -29,7 +30,15 @@ def recipe_names() -> list[str]:
 
 
 def get_recipe(name: str):
+    """A recipe by name; ``FAMILY.GROUP`` names one component group of a multi-component recipe (minicpm-o.vision)."""
     key = name.strip().lower()
+    base, dot, group = key.partition(".")
+    if dot and base in REGISTRY and key not in REGISTRY:
+        parent = get_recipe(base)
+        groups = parent.group_recipes() if parent.group_recipes else {}
+        if groups.get(group) is None:
+            raise UnknownNameError("recipe group", name, [f"{base}.{g}" for g, r in groups.items() if r is not None] or recipe_names())
+        return groups[group]
     if key not in REGISTRY:
         raise UnknownNameError("recipe", name, recipe_names())
     module, _, attr = REGISTRY[key].partition(":")

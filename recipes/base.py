@@ -133,6 +133,14 @@ class Recipe:
     variant_for: Callable[[dict], "Recipe"] | None = field(default=None, compare=False)
     # components with some graphs cut into layer-range parts: {component name: [(start, end), ...]}
     components_for: Callable[[dict], tuple] | None = field(default=None, compare=False)
+    # "module:attr" of the build harness (load, step graphs, data, parity) for a non-LM-only family; None: the LM path
+    harness: str | None = None
+    # multi-component families: the recipe of each buildable group (None where a prerequisite is missing)
+    group_recipes: Callable[[], dict] | None = field(default=None, compare=False)
+    group_missing: dict = field(default_factory=dict, compare=False)  # group -> (reason, fix)
+    # per-precision quantizer options the recipe chooses (recorded in the manifest's quantization scheme),
+    # e.g. {"w8a16": {"matmul_per_channel": True}}
+    quant_options: dict = field(default_factory=dict)
 
     def with_parts(self, splits: dict[str, list[tuple[int, int]]]) -> tuple[Component, ...]:
         if not splits:
@@ -183,6 +191,7 @@ class Recipe:
             "thresholds": {k: v.to_json() for k, v in self.thresholds.items()},
             "decode_steps": self.decode_steps,
             "state_layout": self.state_layout,
+            **({"quant_options": self.quant_options} if self.quant_options else {}),
         }
 
     def content_hash(self) -> str:

@@ -119,3 +119,77 @@ def split_by_layer(shapes: dict[str, tuple[int, ...]]) -> tuple[int, tuple[int, 
         else:
             post += n
     return pre, tuple(layers[i] for i in sorted(layers)), post
+
+
+def _linear(p: str, out_f: int, in_f: int, bias: bool = True) -> dict[str, tuple[int, ...]]:
+    return {p + ".weight": (out_f, in_f), **({p + ".bias": (out_f,)} if bias else {})}
+
+
+def _layer_norm(p: str, d: int) -> dict[str, tuple[int, ...]]:
+    return {p + ".weight": (d,), p + ".bias": (d,)}
+
+
+def siglip_vision_tensor_shapes(vc: dict, layers: int | None = None) -> dict[str, tuple[int, ...]]:
+    """transformers' SiglipVisionModel without the pooling head (MiniCPM's ``vpm``); `layers` counts the kept layers."""
+    d, i_, p = vc["hidden_size"], vc["intermediate_size"], vc["patch_size"]
+    shapes = {"embeddings.patch_embedding.weight": (d, vc.get("num_channels", 3), p, p), "embeddings.patch_embedding.bias": (d,),
+              "embeddings.position_embedding.weight": ((vc["image_size"] // p) ** 2, d), **_layer_norm("post_layernorm", d)}
+    for n in range(vc["num_hidden_layers"] if layers is None else layers):
+        q = f"encoder.layers.{n}."
+        shapes |= _layer_norm(q + "layer_norm1", d) | _layer_norm(q + "layer_norm2", d)
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes |= _linear(q + "self_attn." + proj, d, d)
+        shapes |= _linear(q + "mlp.fc1", i_, d) | _linear(q + "mlp.fc2", d, i_)
+    return shapes
+
+
+def whisper_encoder_tensor_shapes(ac: dict) -> dict[str, tuple[int, ...]]:
+    """transformers' WhisperEncoder (MiniCPM's ``apm``: MiniCPMWhisperEncoder keeps its names)."""
+    d, f, mel = ac["d_model"], ac["encoder_ffn_dim"], ac["num_mel_bins"]
+    shapes = {"conv1.weight": (d, mel, 3), "conv1.bias": (d,), "conv2.weight": (d, d, 3), "conv2.bias": (d,),
+              "embed_positions.weight": (ac["max_source_positions"], d), **_layer_norm("layer_norm", d)}
+    for n in range(ac["encoder_layers"]):
+        q = f"layers.{n}."
+        shapes |= _linear(q + "self_attn.k_proj", d, d, bias=False) | _linear(q + "self_attn.v_proj", d, d)
+        shapes |= _linear(q + "self_attn.q_proj", d, d) | _linear(q + "self_attn.out_proj", d, d)
+        shapes |= _layer_norm(q + "self_attn_layer_norm", d) | _layer_norm(q + "final_layer_norm", d)
+        shapes |= _linear(q + "fc1", f, d) | _linear(q + "fc2", d, f)
+    return shapes
+
+
+def llama_decoder_tensor_shapes(tc: dict) -> dict[str, tuple[int, ...]]:
+    """The layers and final norm of transformers' LlamaModel (MiniCPM-o's speech decoder backbone, ``tts.model``)."""
+    h, i_, nh, kvh = tc["hidden_size"], tc["intermediate_size"], tc["num_attention_heads"], tc["num_key_value_heads"]
+    hd = tc.get("head_dim") or h // nh
+    shapes: dict[str, tuple[int, ...]] = {"norm.weight": (h,)}
+    for n in range(tc["num_hidden_layers"]):
+        p = f"layers.{n}."
+        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
+        shapes |= {k: v for k, v in _attention(p, h, nh, kvh, hd).items() if "_norm" not in k} | _mlp(p, h, i_)
+    return shapes
+
+
+def minicpmo_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a MiniCPM-o 4.5 checkpoint that edge-export reads, by its upstream name
+    (recipes/minicpm_o.py names the revision): ``llm.`` Qwen3ForCausalLM, ``vpm.`` SigLIP, ``resampler.``,
+    ``apm.`` Whisper encoder, ``audio_projection_layer.``, ``tts.`` speech decoder."""
+    vc, ac, tc = cfg["vision_config"], cfg["audio_config"], cfg["tts_config"]
+    e, kv = cfg["hidden_size"], vc["hidden_size"]
+    layers = vc["num_hidden_layers"] - (1 if cfg.get("drop_vision_last_layer") else 0)
+    shapes = {"llm." + k: v for k, v in qwen3_tensor_shapes(cfg).items()}
+    shapes |= {"vpm." + k: v for k, v in siglip_vision_tensor_shapes(vc, layers).items()}
+    shapes |= {"resampler.query": (cfg["query_num"], e), "resampler.attn.in_proj_weight": (3 * e, e), "resampler.attn.in_proj_bias": (3 * e,),
+               **_linear("resampler.attn.out_proj", e, e), **_layer_norm("resampler.ln_q", e), **_layer_norm("resampler.ln_kv", e),
+               **_layer_norm("resampler.ln_post", e), "resampler.proj": (e, e)}
+    if kv != e:
+        shapes |= _linear("resampler.kv_proj", e, kv, bias=False)
+    shapes |= {"apm." + k: v for k, v in whisper_encoder_tensor_shapes(ac).items()}
+    shapes |= _linear("audio_projection_layer.linear1", e, ac["encoder_ffn_dim"] // 4) | _linear("audio_projection_layer.linear2", e, e)
+    ht, na = tc["hidden_size"], tc["num_audio_tokens"]
+    shapes |= {"tts.model." + k: v for k, v in llama_decoder_tensor_shapes(tc).items()}
+    shapes |= {"tts.emb_text.weight": (tc["num_text_tokens"], ht),
+               **_linear("tts.projector_semantic.linear1", ht, tc["llm_dim"]), **_linear("tts.projector_semantic.linear2", ht, ht)}
+    for q in range(tc["num_vq"]):
+        shapes |= {f"tts.emb_code.{q}.weight": (na, ht), f"tts.head_code.{q}.parametrizations.weight.original0": (na, 1),
+                   f"tts.head_code.{q}.parametrizations.weight.original1": (na, ht)}
+    return shapes

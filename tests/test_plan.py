@@ -153,11 +153,23 @@ def test_recipe_refuses_before_heavy_work_and_records_the_rejection(tmp_path):
     assert rec["command"].startswith("edge-export recipe qwen3.8-27b")
     assert not (out / ".cache").exists(), "nothing heavy may run before the plan admits"
     # admitted by capacity on the 32 GiB X Elite, a family without an export path is a missing prerequisite
-    p = _cli("recipe", "minicpm-o", "--target", "x-elite", "--out", str(out))
+    p = _cli("recipe", "qwen3-tts", "--target", "x-elite", "--out", str(out))
     assert p.returncode == 6 and "recipe export path" in p.stderr
-    (path,) = (out / "minicpm-o" / "x-elite").glob("*.record.json")
+    (path,) = (out / "qwen3-tts" / "x-elite").glob("*.record.json")
     rec = json.loads(path.read_text())
     assert rec["status"] == "missing-prerequisite"
+    # a multi-component family records every group: without a snapshot each is a missing prerequisite (the
+    # 4-bit language build also names its missing quantizer), and nothing heavy runs
+    p = _cli("recipe", "minicpm-o", "--target", "x-elite", "--out", str(out))
+    assert p.returncode == 6 and "needs a local snapshot" in p.stderr
+    recs = {str(q.relative_to(out)): json.loads(q.read_text()) for q in out.glob("minicpm-o.*/x-elite/*.record.json")}
+    assert sorted(recs) == sorted(f"minicpm-o.{g}/x-elite/{p}.record.json" for g, p in (
+        ("vision", "w8a16"), ("audio", "w8a16"), ("language", "w4a16"), ("language", "w8a16"), ("speech-decoder", "w8a16"),
+        ("flow-vocoder", "w4a16")))
+    assert all(r["status"] == "missing-prerequisite" for r in recs.values())
+    assert "w4a16 quantizer" in recs["minicpm-o.language/x-elite/w4a16.record.json"]["reason"]
+    assert "Token2wav" in recs["minicpm-o.flow-vocoder/x-elite/w4a16.record.json"]["reason"]
+    assert not (out / ".cache").exists()
 
 
 def test_plan_cli_exit_codes_and_json(tmp_path):
@@ -195,7 +207,7 @@ def test_minicpm_o_on_qcs6490_admits_the_towers_and_rejects_the_language_model_f
     from exporter.plan import make_group_plans
 
     r = get_recipe("minicpm-o")
-    assert make_plan(r, get_target("qcs6490")).rejection.code == "precision-unsupported"  # the recipe's w4a16: no 4-bit on v68
+    assert make_plan(r, get_target("qcs6490"), "w4a16").rejection.code == "precision-unsupported"  # no 4-bit weights on v68
     d = make_group_plans(r, get_target("qcs6490"), "w8a16")
     by = {g["group"]: g for g in d["groups"]}
     assert {g for g, x in by.items() if x["admitted"]} == {"vision", "audio", "speech-decoder", "flow-vocoder"}

@@ -46,10 +46,23 @@ def _device_validation(bundle: Path, public_key: Path | None) -> dict:
     return {"on_device": state == "device", "label": label}
 
 
-def _target_status(family: str, target: str, out_root: Path, public_key: Path | None, recipe_blocked: str | None, records) -> dict:
+def _groups_status(family: str, groups: tuple[str, ...], target: str, out_root: Path, public_key: Path | None, records) -> dict:
+    """A multi-component family on one target: each group's status, and the least advanced of them for the cell
+    (a deployment needs every group: a rejected language model rejects the cell, however good the towers are)."""
+    per = [dict(_target_status(f"{family}.{g}", target, out_root, public_key, None, records), group=g) for g in groups]
+    worst = min(per, key=lambda x: PRECEDENCE[x["status"]])
+    detail = "; ".join(f"{x['group']}: {x['status']}" + (f" ({x['detail']})" if x["status"] != "functionally-qualified" else "") for x in per)
+    return {**{k: worst.get(k) for k in ("code", "stage", "next_repair", "precision")}, "target": target, "status": worst["status"],
+            "detail": detail, "record": worst["record"], "groups": per}
+
+
+def _target_status(family: str, target: str, out_root: Path, public_key: Path | None, recipe_blocked: str | None, records,
+                   groups: tuple[str, ...] = ()) -> dict:
     from exporter.errors import EdgeExportError
     from verify import gate
 
+    if groups and any(str(r.get("recipe", "")).startswith(family + ".") and r.get("target") == target for _, r in records):
+        return _groups_status(family, groups, target, out_root, public_key, records)
     mine = [(p, r) for p, r in records if r.get("recipe") == family and r.get("target") == target]
     if not mine:
         if recipe_blocked:
@@ -103,11 +116,13 @@ def build_matrix(out_root: Path, public_key: Path | None) -> dict:
     records = read_records(out_root)
     cells = []
     for fam in FAMILIES:
-        blocked = get_recipe(fam).blocked if fam in REGISTRY else f"no recipe for {fam} yet"
+        recipe = get_recipe(fam) if fam in REGISTRY else None
+        blocked = recipe.blocked if recipe else f"no recipe for {fam} yet"
+        groups = tuple(g.name for g in recipe.cost.groups) if recipe and recipe.group_recipes else ()
         for route in all_routes():
             deps = []
             for d in route.deployments:
-                ts = [_target_status(fam, t, out_root, public_key, blocked, records) for t in d.targets]
+                ts = [_target_status(fam, t, out_root, public_key, blocked, records, groups) for t in d.targets]
                 deps.append({"name": d.name, "host": d.host, "status": min((t["status"] for t in ts), key=PRECEDENCE.__getitem__), "targets": ts})
             status = min((d["status"] for d in deps), key=PRECEDENCE.__getitem__)
             recs = sorted({t["record"] for d in deps for t in d["targets"] if t["record"]})

@@ -48,6 +48,17 @@ def _check(res: StageResult, th: Thresholds) -> None:
     res.failures += stage_failures(res.to_json(), th.to_json())
 
 
+@dataclass
+class Prompt:
+    """A held-out prompt whose embedding rows at some positions come from an encoder: `artifact_rows` as the
+    exported encoder produced them (fed to the graphs), `reference_rows` as the torch encoder did (fed to HF)."""
+
+    tokens: list[int]
+    artifact_rows: dict = field(default_factory=dict)
+    reference_rows: dict = field(default_factory=dict)
+    label: str = ""
+
+
 def measure_stage(
     stage: str,
     provider: str,
@@ -55,13 +66,17 @@ def measure_stage(
     runners: dict,
     manifest_components: list[dict],
     layout: dict,
-    prompts: list[list[int]],
+    prompts: list,
     reference,
     thresholds: Thresholds,
     steps: int,
+    extra_outputs: dict | None = None,
 ) -> StageResult:
+    """`prompts`: token lists or Prompt objects; `extra_outputs`: component -> output -> Accumulator measured
+    before decoding (an encoder whose rows the prompts carry), reported with the decoder's graphs."""
     lm_driver = driver_for(layout)
-    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in manifest_components}
+    extra_outputs = extra_outputs or {}
+    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in manifest_components if c["name"] not in extra_outputs}
     acc: dict[str, dict[str, Accumulator]] = {c: {n: Accumulator() for n in g.outputs} for c, g in graphs.items()}
     vs_hf = Accumulator()
     agree = total = 0
@@ -85,12 +100,14 @@ def measure_stage(
             else:
                 acc[step.component][name].add(ref[name][:, :n], value[:, :n])
 
-    for prompt in prompts:
+    for item in prompts:
+        p = item if isinstance(item, Prompt) else Prompt(list(item))
+        prompt, rkw, akw = p.tokens, ({"inject": p.reference_rows} if p.reference_rows else {}), ({"inject": p.artifact_rows} if p.artifact_rows else {})
         contexts.clear()
         n_steps = min(steps, capacity - len(prompt) + 1)  # a sequence never exceeds the largest bucket
-        ref_tokens = reference.generate(prompt, n_steps)
-        ref_logits = reference.teacher_logits(prompt, ref_tokens)
-        tokens, logits = lm_driver.generate(runners, graphs, layout, prompt, n_steps, forced=ref_tokens, on_step=record)
+        ref_tokens = reference.generate(prompt, n_steps, **rkw)
+        ref_logits = reference.teacher_logits(prompt, ref_tokens, **rkw)
+        tokens, logits = lm_driver.generate(runners, graphs, layout, prompt, n_steps, forced=ref_tokens, on_step=record, **akw)
         for a, b in zip(ref_logits, logits):
             vs_hf.add(a, b)
         matches = [int(x == y) for x, y in zip(tokens, ref_tokens)]
@@ -101,10 +118,11 @@ def measure_stage(
         hits = sum(matches)
         agree += hits
         total += len(ref_tokens)
-        free, _ = lm_driver.generate(runners, graphs, layout, prompt, n_steps)
+        free, _ = lm_driver.generate(runners, graphs, layout, prompt, n_steps, **akw)
         prefix = next((i for i, (x, y) in enumerate(zip(free, ref_tokens)) if x != y), len(ref_tokens))
         prefixes.append(prefix)
         per_prompt.append({
+            **({"label": p.label} if p.label else {}),
             "prompt_tokens": len(prompt),
             "steps": n_steps,
             "teacher_forced_agreement": hits / len(ref_tokens),
@@ -114,7 +132,7 @@ def measure_stage(
             "contexts": sorted(contexts),
         })
     res = StageResult(stage, provider, precision, thresholds.to_json())
-    res.outputs = {c: {n: a.to_json() for n, a in outs.items()} for c, outs in acc.items()}
+    res.outputs = {c: {n: a.to_json() for n, a in outs.items()} for c, outs in {**extra_outputs, **acc}.items()}
     res.decode = {
         "steps": steps,
         "prompts": len(prompts),
@@ -126,6 +144,31 @@ def measure_stage(
         # teacher-forced top-1 agreement at each decode step over the prompts that reached it
         "agreement_by_step": [round(sum(h) / len(h), 4) for h in step_hits],
     }
+    _check(res, thresholds)
+    return res
+
+
+NO_DECODE = {"applicable": False, "steps": 0, "token_agreement": None, "min_greedy_prefix": None, "all_greedy_exact": None,
+             "per_prompt": [], "agreement_by_step": []}
+
+
+def measure_encoder_stage(stage: str, provider: str, precision: str, runners: dict, manifest_components: list[dict],
+                          items: list[dict], reference, thresholds: Thresholds) -> StageResult:
+    """A stateless graph on every held-out input: per output cosine, PSNR and max abs against `reference(component,
+    feeds) -> {output: array}` (the torch module, float). No decode: token metrics do not apply."""
+    acc = {c["name"]: {t["name"]: Accumulator() for t in c["outputs"]} for c in manifest_components}
+    for c in manifest_components:
+        names = [t["name"] for t in c["inputs"]]
+        outs = [t["name"] for t in c["outputs"]]
+        for item in items:
+            feeds = {n: item[n] for n in names}
+            got = dict(zip(outs, runners[c["name"]].run(outs, feeds)))
+            ref = reference(c["name"], feeds)
+            for n in outs:
+                acc[c["name"]][n].add(ref[n], got[n])
+    res = StageResult(stage, provider, precision, thresholds.to_json())
+    res.outputs = {c: {n: a.to_json() for n, a in outs.items()} for c, outs in acc.items()}
+    res.decode = {**NO_DECODE, "prompts": len(items)}
     _check(res, thresholds)
     return res
 
@@ -146,12 +189,15 @@ def markdown(summary: dict, title: str) -> str:
         lines += [f"First failure: stage `{f['stage']}`, component `{f['component']}`, output `{f['output']}`, {f['metric']} = {f['value']} (threshold {f['threshold']})", ""]
     for s in summary["stages"]:
         name, d = s["stage"], s["decode"]
+        lines += [f"## Stage `{name}` ({s['provider']}, {s['precision']}): {s['verdict']}", ""]
+        if d.get("applicable", True):
+            lines += [
+                f"Greedy decode over {d['steps']} steps on {d['prompts']} held-out prompts: teacher-forced agreement {d['token_agreement']:.3f}, "
+                f"shortest exact greedy prefix {d['min_greedy_prefix']}, all exact: {d['all_greedy_exact']}; logits vs HF min cosine {d['logits_vs_hf']['min_cosine']:.6f}.",
+                ""]
+        else:
+            lines += [f"Stateless graph on {d['prompts']} held-out inputs (no decode).", ""]
         lines += [
-            f"## Stage `{name}` ({s['provider']}, {s['precision']}): {s['verdict']}",
-            "",
-            f"Greedy decode over {d['steps']} steps on {d['prompts']} held-out prompts: teacher-forced agreement {d['token_agreement']:.3f}, "
-            f"shortest exact greedy prefix {d['min_greedy_prefix']}, all exact: {d['all_greedy_exact']}; logits vs HF min cosine {d['logits_vs_hf']['min_cosine']:.6f}.",
-            "",
             "| component | output | calls | min cosine | min PSNR dB | max abs |",
             "|---|---|---|---|---|---|",
         ]

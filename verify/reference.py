@@ -17,31 +17,40 @@ class LMReference:
         self.steps = step_modules  # component name -> torch module (float)
         self._gen: dict[tuple, list[int]] = {}
 
-    def generate(self, prompt: list[int], steps: int) -> list[int]:
+    def _embeds(self, ids, inject: dict[int, np.ndarray]):
         import torch
 
-        key = (tuple(prompt), steps)
+        emb = self.model.get_input_embeddings()(ids).clone()
+        for pos, row in inject.items():
+            emb[0, pos] = torch.from_numpy(np.asarray(row, dtype=np.float32))
+        return emb
+
+    def generate(self, prompt: list[int], steps: int, inject: dict[int, np.ndarray] | None = None) -> list[int]:
+        """HF greedy generation; with `inject`, the prompt goes in as embeddings with those rows replaced."""
+        import torch
+
+        key = (tuple(prompt), steps, tuple((p, np.asarray(r).tobytes()) for p, r in sorted((inject or {}).items())))
         if key not in self._gen:
             ids = torch.tensor([prompt], dtype=torch.long)
+            kw = dict(attention_mask=torch.ones_like(ids),  # explicit: never infer padding from token ids
+                      max_new_tokens=steps, min_new_tokens=steps, do_sample=False, pad_token_id=0)
             with torch.no_grad():
-                out = self.model.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),  # explicit: never infer padding from token ids
-                    max_new_tokens=steps,
-                    min_new_tokens=steps,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-            self._gen[key] = out[0, len(prompt) :].tolist()
+                if inject:  # generate() from embeddings returns only the new tokens
+                    self._gen[key] = self.model.generate(inputs_embeds=self._embeds(ids, inject), **kw)[0].tolist()
+                else:
+                    self._gen[key] = self.model.generate(ids, **kw)[0, len(prompt) :].tolist()
         return self._gen[key]
 
-    def teacher_logits(self, prompt: list[int], tokens: list[int]) -> list[np.ndarray]:
+    def teacher_logits(self, prompt: list[int], tokens: list[int], inject: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
         """Logits at the last prompt position and after each of tokens[:-1] (one full forward)."""
         import torch
 
         seq = torch.tensor([prompt + tokens[:-1]], dtype=torch.long)
         with torch.no_grad():
-            logits = self.model(seq, attention_mask=torch.ones_like(seq)).logits[0].numpy()
+            if inject:
+                logits = self.model(inputs_embeds=self._embeds(seq, inject), attention_mask=torch.ones_like(seq)).logits[0].numpy()
+            else:
+                logits = self.model(seq, attention_mask=torch.ones_like(seq)).logits[0].numpy()
         return [logits[len(prompt) - 1 + i] for i in range(len(tokens))]
 
     def call(self, component: str, feeds: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:

@@ -84,7 +84,7 @@ class RingFullState:
         """Position held by each ring slot (-1: empty), per the layout's ring_slot_position rule."""
         w = self.layout["window"]
         s = np.arange(w)
-        if self.n_past == 0:
+        if self.n_past == 0 or w == 0:
             return np.full(w, -1)
         p = self.n_past - 1 - ((self.n_past - 1 - s) % w)
         return np.where(p >= 0, p, -1)
@@ -141,8 +141,11 @@ def _graphs_for(graphs: dict[str, GraphSpec], role: str, ar: int, context: int) 
 
 
 def call(runners: dict[str, Runner], graphs: dict[str, GraphSpec], state: RingFullState, tokens: list[int], role: str,
-         on_step: Callable[[StepRecord], None] | None = None) -> np.ndarray:
-    """One call of `tokens` (prefill chunk or one decode token); returns the last real token's logits."""
+         on_step: Callable[[StepRecord], None] | None = None, inject: dict[int, np.ndarray] | None = None) -> np.ndarray:
+    """One call of `tokens` (prefill chunk or one decode token); returns the last real token's logits.
+
+    `inject` maps absolute positions to embedding rows that replace the embedding graph's rows there
+    (the layout's ``inject`` rule: image, audio or condition rows at placeholder positions)."""
     ar = max(g.ar for g in graphs.values() if g.role == role)
     n = len(tokens)
     if not 0 < n <= ar:
@@ -161,6 +164,11 @@ def call(runners: dict[str, Runner], graphs: dict[str, GraphSpec], state: RingFu
     ids[0, :n] = tokens
     embed = next(g for g in graphs.values() if g.role == "embedding" and g.ar == ar)
     hidden = run(embed, {"input_ids": ids})["hidden"]
+    if inject:
+        hidden = hidden.copy()
+        for j in range(n):
+            if n_past + j in inject:
+                hidden[0, j] = inject[n_past + j]
     pos = np.full((1, ar), n_past + n - 1, np.int32)
     pos[0, :n] = np.arange(n_past, n_past + n)
     common = {"position_ids": pos, **masks(state, ar, context, n)}
@@ -181,9 +189,10 @@ def generate(
     steps: int,
     forced: list[int] | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
+    inject: dict[int, np.ndarray] | None = None,
 ) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy generation, as verify.lm_driver.generate, across bucket transitions."""
+    """Greedy generation, as verify.lm_driver.generate, across bucket transitions; `inject` as in call()."""
     state = RingFullState(layout)
     ar = max(g.ar for g in graphs.values() if g.role == "prefill")
-    return prefill_then_decode(prompt, ar, lambda chunk: call(runners, graphs, state, chunk, "prefill", on_step),
+    return prefill_then_decode(prompt, ar, lambda chunk: call(runners, graphs, state, chunk, "prefill", on_step, inject),
                                lambda tok: call(runners, graphs, state, [tok], "decode", on_step), steps, forced)

@@ -61,6 +61,8 @@ def stage_failures(stage: dict, th: dict) -> list[dict]:
             fails += [{"stage": name, "component": comp, "output": out, "metric": c["metric"], "value": c["value"], "threshold": c["threshold"]}
                       for c in output_checks(m, th) if not c["ok"]]
     d = stage["decode"]
+    if d.get("applicable") is False:  # a stateless encoder: no tokens to judge
+        return fails
     if d["token_agreement"] < th["min_token_agreement"]:
         fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",
                       "value": d["token_agreement"], "threshold": th["min_token_agreement"]})

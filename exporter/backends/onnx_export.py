@@ -51,7 +51,7 @@ def example_inputs(component: Component):
     return tuple(torch.zeros(s.shape, dtype=dtypes[s.dtype]) for s in component.inputs)
 
 
-def export_component(step_module, component: Component, out: Path) -> dict:
+def export_component(step_module, component: Component, out: Path, opset: int = OPSET) -> dict:
     """Export `step_module` (a static-shape wrapper) to `out/model.onnx`; returns stage info."""
     import torch
 
@@ -67,7 +67,7 @@ def export_component(step_module, component: Component, out: Path) -> dict:
             input_names=[s.name for s in component.inputs],
             output_names=[s.name for s in component.outputs],
             dynamo=True,
-            opset_version=OPSET,
+            opset_version=opset,
             external_data=False,
             optimize=True,
         )
@@ -80,4 +80,4 @@ def export_component(step_module, component: Component, out: Path) -> dict:
     want_out = [s.name for s in component.outputs]
     if got_in != want_in or got_out != want_out:
         raise RuntimeError(f"exported graph {component.name} has inputs {got_in} / outputs {got_out}, expected {want_in} / {want_out}")
-    return {"opset": OPSET, "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(model.graph.node)}
+    return {"opset": opset, "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(model.graph.node)}

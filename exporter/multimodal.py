@@ -1,0 +1,340 @@
+"""Build harnesses of MiniCPM-o's component groups: what the pipeline asks a recipe with ``harness`` set.
+
+Each harness loads its part of the checkpoint (exporter/models/minicpmo.py), names the graph module of
+each component, supplies calibration and held-out data (calibration/), the calibration feeds of every
+graph, and measures one verification stage against the torch reference:
+
+* ``vision`` / ``audio``: stateless graphs on held-out images / audio chunks (per-output metrics);
+* ``language``: the Qwen3 split graphs through verify/split_lm_driver.py on text prompts and on
+  image+text and audio+text prompts whose encoder rows come from the torch encoders (the language
+  graphs are judged on real multimodal embeddings; the exported-encoder chain is ``chain_generate``);
+* ``speech_decoder``: the condition graph (exported) feeds its rows to the speech decoder's graphs;
+  the reference is the torch condition feeding transformers' LlamaForCausalLM.
+
+Heavy imports happen inside methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from recipes.minicpm_o import PLACEHOLDER
+
+
+@dataclass(frozen=True)
+class DataBundle:
+    """Several data sets judged as one (a digest over all of them)."""
+
+    name: str
+    purpose: str
+    parts: tuple
+
+    @property
+    def digest(self) -> str:
+        from exporter.hashing import sha256_json
+
+        return sha256_json({"name": self.name, "parts": [p.digest for p in self.parts]})
+
+    @property
+    def sequences(self) -> tuple:  # what the calibration progress line counts
+        return tuple(x for p in self.parts for x in getattr(p, "sequences", getattr(p, "items", ())))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "purpose": self.purpose, "sha256": self.digest, "parts": [p.to_json() for p in self.parts]}
+
+
+def _torch_call(module, names: list[str], feeds: dict) -> tuple:
+    import torch
+
+    with torch.no_grad():
+        out = module(*[torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names])
+    return tuple(o.detach() for o in ((out,) if isinstance(out, torch.Tensor) else out))
+
+
+class _Base:
+    part = ""
+    opset = 18
+
+    def load(self, ctx):
+        from exporter.models.minicpmo import load_part
+
+        return load_part(ctx.ckpt.directory, self.part)
+
+    def step_module(self, ctx, comp, pooled_mean: bool = False):
+        from exporter.models.minicpmo import step_module
+
+        return step_module(ctx.model(), self.part, comp, pooled_mean)
+
+    def reference_fn(self, ctx):
+        comps = {c.name: c for c in ctx.components}
+
+        def ref(name: str, feeds: dict) -> dict:
+            c = comps[name]
+            out = _torch_call(ctx.step_module(c), [t.name for t in c.inputs], feeds)
+            return {t.name: o.numpy() for t, o in zip(c.outputs, out)}
+
+        return ref
+
+
+class _Encoder(_Base):
+    def data(self, ctx, purpose: str):
+        raise NotImplementedError
+
+    def calibration(self, ctx):
+        return self.data(ctx, "calibration")
+
+    def evaluation(self, ctx):
+        return self.data(ctx, "evaluation")
+
+    def check_disjoint(self, cal, ev) -> None:
+        from calibration.media import check_disjoint
+
+        check_disjoint(cal, ev)
+
+    def calibration_feeds(self, ctx, fp32) -> dict:
+        c = ctx.components[0]
+        return {c.name: [{t.name: it[t.name] for t in c.inputs} for it in self.calibration(ctx).items]}
+
+    def measure(self, ctx, stage, provider, precision, runners, components):
+        from verify.parity import measure_encoder_stage
+
+        return measure_encoder_stage(stage, provider, precision, runners, components, list(self.evaluation(ctx).items),
+                                     self.reference_fn(ctx), ctx.recipe.thresholds[precision])
+
+
+class Vision(_Encoder):
+    part = "vision"
+
+    def data(self, ctx, purpose):
+        from calibration.media import image_set
+
+        return image_set(purpose, ctx.recipe.model_config["image_size"], 8 if purpose == "calibration" else 3)
+
+
+class Audio(_Encoder):
+    part = "audio"
+    opset = 20  # Whisper's exact GELU: opset 20 exports one Gelu node, which the HTP runs; at 18 it is an Erf chain it rejects
+
+    def data(self, ctx, purpose):
+        from calibration.media import audio_set
+        from recipes.minicpm_o import AUDIO_FRAMES
+
+        return audio_set(purpose, ctx.recipe.model_config["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 8 if purpose == "calibration" else 3)
+
+
+def _rows(prefix: list[int], rows: np.ndarray, suffix: list[int]) -> tuple[list[int], dict[int, np.ndarray]]:
+    """Tokens with len(rows) placeholders between prefix and suffix, and the position -> row map."""
+    tokens = prefix + [PLACEHOLDER] * len(rows) + suffix
+    return tokens, {len(prefix) + i: np.asarray(r, np.float32) for i, r in enumerate(rows)}
+
+
+def multimodal_prompts(cfg: dict, kind: str, rows_list: list[np.ndarray], seed: int) -> list[tuple[list[int], dict]]:
+    """Image/audio + text prompts: a few text tokens, the encoder's rows, a few more text tokens."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    out = []
+    for rows in rows_list:
+        pre = [int(t) for t in rng.integers(1, cfg["vocab_size"], 5)]
+        post = [int(t) for t in rng.integers(1, cfg["vocab_size"], 4)]
+        out.append(_rows(pre, rows[0], post))
+    return out
+
+
+class _Decoder(_Base):
+    def reference(self, ctx):
+        from verify.reference import LMReference
+
+        return LMReference(self.hf_model(ctx), {c.name: ctx.step_module(c) for c in ctx.components if c.role != "encoder"})
+
+    def hf_model(self, ctx):
+        raise NotImplementedError
+
+    def check_disjoint(self, cal, ev) -> None:
+        from calibration.lm_data import check_disjoint
+
+        check_disjoint(cal.parts[0], ev.parts[0])
+
+    def lm_components(self, components: list[dict]) -> list[dict]:
+        return [c for c in components if c["role"] != "encoder"]
+
+
+class Language(_Decoder):
+    part = "language"
+
+    def hf_model(self, ctx):
+        return ctx.model()
+
+    def calibration(self, ctx):
+        from calibration.lm_data import calibration_set
+        from calibration.media import audio_set, image_set
+        from recipes.minicpm_o import AUDIO_FRAMES
+
+        cfg = ctx.recipe.model_config
+        context = max(c.bucket.context for c in ctx.components)
+        return DataBundle("minicpm-o-language-calibration-v1", "calibration",
+                          (calibration_set(cfg["vocab_size"], context), image_set("calibration", cfg["image_size"], 2),
+                           audio_set("calibration", cfg["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 2)))
+
+    def evaluation(self, ctx):
+        from calibration.lm_data import evaluation_set
+        from calibration.media import audio_set, image_set
+        from recipes.minicpm_o import AUDIO_FRAMES
+
+        cfg = ctx.recipe.model_config
+        pre = next(c for c in ctx.components if c.role == "prefill")
+        contexts = sorted({c.bucket.context for c in ctx.components if c.role in ("prefill", "decode")})
+        text = evaluation_set(cfg["vocab_size"], pre.bucket.ar, long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None)
+        return DataBundle("minicpm-o-language-evaluation-v1", "evaluation",
+                          (text, image_set("evaluation", cfg["image_size"], 1), audio_set("evaluation", cfg["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 1)))
+
+    def encoder_rows(self, ctx, data) -> dict[str, list[np.ndarray]]:
+        """Torch encoder rows of the data's images and audio (the reference embeddings)."""
+        from exporter.models.minicpmo import load_part
+
+        vision, audio = load_part(ctx.ckpt.directory, "vision"), load_part(ctx.ckpt.directory, "audio")
+        return {"image": [_torch_call(vision, ["pixel_values"], it)[0].numpy() for it in data.parts[1].items],
+                "audio": [_torch_call(audio, ["input_features"], it)[0].numpy() for it in data.parts[2].items]}
+
+    def prompts(self, ctx, data, seed: int, text: bool = True):
+        from verify.parity import Prompt
+
+        cfg = ctx.recipe.model_config
+        rows = self.encoder_rows(ctx, data)
+        out = [Prompt(list(s)) for s in data.parts[0].sequences] if text else []
+        for kind in ("image", "audio"):
+            for i, (tokens, inj) in enumerate(multimodal_prompts(cfg, kind, rows[kind], seed + (kind == "audio"))):
+                out.append(Prompt(tokens, inj, inj, label=f"{kind}+text #{i}"))
+        return out
+
+    def calibration_feeds(self, ctx, fp32) -> dict:
+        from exporter.pipeline import _cpu_target, _runners
+        from verify import split_lm_driver as drv
+
+        cal = self.calibration(ctx)
+        runners, _ = _runners(fp32, _cpu_target())
+        graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in ctx.manifest_components()}
+        feeds: dict[str, list[dict]] = {name: [] for name in graphs}
+        layout = ctx.recipe.state_layout
+        ar = max(g.ar for g in graphs.values() if g.role == "prefill")
+
+        def rec(step):
+            feeds[step.component].append(step.feeds)
+
+        for seq in cal.parts[0].sequences:  # as the text recipes: whole-bucket prefill, teacher-forced decode, own continuation
+            seq = list(seq)
+            drv.generate(runners, graphs, layout, seq, 1, on_step=rec)
+            drv.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
+            drv.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
+        # image and audio rows have their own ranges: calibrate on multimodal prompts too
+        for p in self.prompts(ctx, cal, 7001, text=False):
+            drv.generate(runners, graphs, layout, p.tokens, 16, on_step=rec, inject=p.artifact_rows)
+        return feeds
+
+    def measure(self, ctx, stage, provider, precision, runners, components):
+        from verify.parity import measure_stage
+
+        return measure_stage(stage, provider, precision, runners, self.lm_components(components), ctx.recipe.state_layout,
+                             self.prompts(ctx, self.evaluation(ctx), 9001), self.reference(ctx), ctx.recipe.thresholds[precision],
+                             ctx.recipe.decode_steps)
+
+
+class SpeechDecoder(_Decoder):
+    part = "speech"
+
+    def hf_model(self, ctx):
+        return ctx.model().decoder
+
+    def _conditions(self, ctx, purpose):
+        from calibration.media import condition_set
+
+        tc = ctx.recipe.model_config["tts_config"]
+        ar = next(c for c in ctx.components if c.role == "encoder").bucket.ar
+        lengths = (3, ar // 2, ar) if purpose == "calibration" else (4, ar // 2 + 3, ar - 1)
+        return condition_set(purpose, tc["num_text_tokens"], tc["llm_dim"], ar, lengths)
+
+    def calibration(self, ctx):
+        from calibration.lm_data import calibration_set
+
+        tc = ctx.recipe.model_config["tts_config"]
+        context = max(c.bucket.context for c in ctx.components)
+        return DataBundle("minicpm-o-speech-calibration-v1", "calibration", (calibration_set(tc["num_audio_tokens"], context),
+                                                                             self._conditions(ctx, "calibration")))
+
+    def evaluation(self, ctx):
+        from calibration.lm_data import evaluation_set
+
+        tc = ctx.recipe.model_config["tts_config"]
+        pre = next(c for c in ctx.components if c.role == "prefill")
+        return DataBundle("minicpm-o-speech-evaluation-v1", "evaluation", (evaluation_set(tc["num_audio_tokens"], pre.bucket.ar, count=0),
+                                                                           self._conditions(ctx, "evaluation")))
+
+    def condition_prompts(self, ctx, conds, runner, acc=None):
+        """(Prompt per condition): rows from the exported condition graph (`runner`) and from the torch one."""
+        from verify.parity import Prompt
+
+        comp = next(c for c in ctx.components if c.role == "encoder")
+        ref = self.reference_fn(ctx)
+        outs = [t.name for t in comp.outputs]
+        prompts = []
+        for it in conds.items:
+            feeds = {"text_ids": it["text_ids"], "llm_hidden": it["llm_hidden"]}
+            n = int(it["n"][0])
+            got = dict(zip(outs, runner.run(outs, feeds)))
+            want = ref(comp.name, feeds)
+            if acc is not None:
+                acc["condition"].add(want["condition"][:, :n], got["condition"][:, :n])
+                acc["audio_bos"].add(want["audio_bos"], got["audio_bos"])
+
+            def rows(o):
+                return {i: r for i, r in enumerate(list(o["condition"][0, :n]) + [o["audio_bos"][0, 0]])}
+
+            prompts.append(Prompt([PLACEHOLDER] * (n + 1), rows(got), rows(want), label=f"condition of {n} text tokens"))
+        return prompts
+
+    def calibration_feeds(self, ctx, fp32) -> dict:
+        from exporter.pipeline import _cpu_target, _runners
+        from verify import split_lm_driver as drv
+
+        cal = self.calibration(ctx)
+        runners, _ = _runners(fp32, _cpu_target())
+        comps = ctx.manifest_components()
+        cond = next(c for c in comps if c["role"] == "encoder")
+        graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in self.lm_components(comps)}
+        feeds: dict[str, list[dict]] = {c["name"]: [] for c in comps}
+        feeds[cond["name"]] = [{"text_ids": it["text_ids"], "llm_hidden": it["llm_hidden"]} for it in cal.parts[1].items]
+        layout = ctx.recipe.state_layout
+        context = max(g.context for g in graphs.values())
+
+        def rec(step):
+            feeds[step.component].append(step.feeds)
+
+        for seq in cal.parts[0].sequences:
+            seq = list(seq)
+            drv.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
+        for p in self.condition_prompts(ctx, cal.parts[1], runners[cond["name"]]):
+            drv.generate(runners, graphs, layout, p.tokens, context - len(p.tokens), on_step=rec, inject=p.artifact_rows)
+        return feeds
+
+    def measure(self, ctx, stage, provider, precision, runners, components):
+        from verify.metrics import Accumulator
+        from verify.parity import measure_stage
+
+        ev = self.evaluation(ctx)
+        cond = next(c for c in components if c["role"] == "encoder")
+        acc = {"condition": Accumulator(), "audio_bos": Accumulator()}
+        # speech decoding always starts from a condition (the prompt is never plain audio codes)
+        prompts = self.condition_prompts(ctx, ev.parts[1], runners[cond["name"]], acc)
+        return measure_stage(stage, provider, precision, runners, components, ctx.recipe.state_layout, prompts,
+                             self.reference(ctx), ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
+                             extra_outputs={cond["name"]: acc})
+
+
+vision, audio, language, speech_decoder = Vision(), Audio(), Language(), SpeechDecoder()
+
+
+def harness_for(recipe):
+    import importlib
+
+    module, _, attr = recipe.harness.partition(":")
+    return getattr(importlib.import_module(module), attr)
