@@ -72,7 +72,7 @@ class RichReporter:
 
 @app.command("recipe")
 def recipe_cmd(
-    name: str = typer.Argument(..., help="Recipe name (see `edge-export recipes`)."),
+    name: str = typer.Argument(..., help="Recipe name (see `edge-export recipes`); FAMILY.GROUP builds one group of a multi-component recipe (minicpm-o.vision)."),
     target: str = typer.Option(..., "--target", "-t", help="Target name or alias (see `edge-export targets`)."),
     precision: Optional[str] = typer.Option(None, "--precision", "-p", help="Build only this precision (default: every precision the recipe defines for the target)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="Output root; bundles go to OUT/RECIPE/TARGET/PRECISION."),
@@ -90,6 +90,9 @@ def recipe_cmd(
     The plan runs first: a rejection or a missing prerequisite is printed, recorded as
     OUT/RECIPE/TARGET/PRECISION.record.json (where `edge-export matrix` reads it) and
     exits 4 or 6 before any heavy work. Every outcome, success included, is recorded.
+    A multi-component recipe (minicpm-o) plans and builds each component group as its
+    own bundle, OUT/RECIPE.GROUP/TARGET/PRECISION, recording the groups it cannot build;
+    it exits 0 if at least one group was built and none failed.
     """
     from rich.markup import escape
 
@@ -162,7 +165,9 @@ def recipes_cmd(as_json: bool = JSON_OPT):
     for n in recipe_names():
         r = get_recipe(n)
         rows.append({"name": n, "family": r.family, "architecture": r.architecture, "targets": {t: list(p) for t, p in r.precisions.items()},
-                     "description": r.description, "buildable": r.blocked is None, "blocked": r.blocked})
+                     "description": r.description, "buildable": r.blocked is None, "blocked": r.blocked,
+                     "needs_checkpoint": r.blocked is not None and r.variant_for is not None,
+                     **({"groups": [f"{n}.{g}" for g, x in r.group_recipes().items() if x is not None]} if r.group_recipes else {})})
     if as_json:
         _print_json(rows)
         return
@@ -171,7 +176,8 @@ def recipes_cmd(as_json: bool = JSON_OPT):
     t = Table("recipe", "architecture", "precisions by target / kind", "status", "description")
     for r in rows:
         t.add_row(r["name"], r["architecture"], ", ".join(f"{k} ({'/'.join(v)})" for k, v in r["targets"].items()),
-                  "buildable" if r["buildable"] else f"plan-only: {r['blocked']}", r["description"])
+                  "buildable" if r["buildable"] else "buildable with --checkpoint DIR" if r["needs_checkpoint"] else f"plan-only: {r['blocked']}",
+                  r["description"] + (f" (groups: {', '.join(r['groups'])})" if r.get("groups") else ""))
     _err_console().print(t)
 
 
@@ -533,7 +539,7 @@ def hub_validate_cmd(
 
 @app.command("synthesize")
 def synthesize_cmd(
-    name: str = typer.Argument(..., help="An embedded recipe that synthesises its checkpoint (tiny-lm, tiny-spark)."),
+    name: str = typer.Argument(..., help="An embedded recipe that synthesises its checkpoint (tiny-lm, tiny-spark, tiny-minicpm-o)."),
     out: Path = typer.Argument(..., help="Directory to write config.json and model.safetensors into (must not exist)."),
 ):
     """Write the seeded checkpoint of an embedded tiny recipe (real class and tensor names), checked against its pin."""
@@ -544,7 +550,7 @@ def synthesize_cmd(
 
     r = get_recipe(name)
     if r.synthesize is None:
-        raise UsageError(f"recipe {name} has no synthesiser", "choose tiny-lm or tiny-spark")
+        raise UsageError(f"recipe {name} has no synthesiser", "choose tiny-lm, tiny-spark or tiny-minicpm-o")
     if out.exists():
         raise UsageError(f"{out} exists", "choose a new directory; nothing is overwritten")
     with staging_dir(out) as tmp:

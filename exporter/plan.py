@@ -374,10 +374,14 @@ def make_group_plans(recipe: Recipe, target: Target, precision: str | None = Non
     from dataclasses import replace
 
     groups = []
+    built = recipe.group_recipes() if recipe.group_recipes else {}
     for g in recipe.cost.groups:
         cost = recipe.cost.group(g)
         ctx = context if cost.contexts() else None  # an encoder has no context buckets
-        sub = replace(recipe, name=f"{recipe.name}/{g.name}", cost=cost)
+        # a group that builds plans at its own recipe's precisions (the towers stay at 8 bits where the language model
+        # takes 4); one that does not (a missing prerequisite) at the whole recipe's
+        own = built.get(g.name)
+        sub = replace(recipe, name=f"{recipe.name}/{g.name}", cost=cost, **({"precisions": own.precisions} if own else {}))
         groups.append(GroupPlan(g.name, make_plan(sub, target, precision, ctx, fmt, requested_target)))
     admitted = [x for x in groups if x.plan.admitted and x.plan.memory]
     overhead = max((x.plan.memory["runtime_overhead_bytes"] for x in admitted), default=0)

@@ -109,7 +109,8 @@ def encoder_graph(component: str, tokens: int, params: int, layers: int, hidden:
     """A non-autoregressive tower (ViT, audio encoder, vocoder) with `layers` equal layers."""
     per = params // max(layers, 1)
     rest = params - per * layers
-    return GraphCost(component, "encoder", Bucket(tokens, tokens), weight_set or component, rest, (per,) * layers, 0, 12 * hidden, heads)
+    return GraphCost(component, "encoder", Bucket(tokens, tokens), weight_set or component, rest, (per,) * layers, 0, 12 * hidden, heads,
+                     name=component)
 
 
 def kv_state(name: str, layers: int, kv_heads: int, head_dim: int, window: int | None = None, dtype_bytes: int | None = None) -> StateCost:
