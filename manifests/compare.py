@@ -55,6 +55,8 @@ def _metrics(old_stages: list[dict], new_stages: list[dict]) -> list[dict]:
                     if metric in m or metric in om:
                         rows.append({"stage": s["stage"], "component": comp, "output": out, "metric": metric,
                                      **_figure(om.get(metric), m.get(metric), metric)})
+        if s["decode"].get("applicable") is False and o["decode"].get("applicable") is False:
+            continue  # stateless encoders: no tokens on either side
         for metric in DECODE_FIGURES:
             rows.append({"stage": s["stage"], "component": "decode", "output": "tokens", "metric": metric,
                          **_figure(o["decode"].get(metric), s["decode"].get(metric), metric)})

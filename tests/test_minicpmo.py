@@ -221,3 +221,20 @@ def test_matrix_and_audit_read_the_groups(mo_root, dev_keys):
     assert t["status"] == "missing-prerequisite"  # a deployment needs every group
     p = _cli("audit", *[str(mo_root / f"minicpm-o.{g}" / "qcs6490" / "w8a16") for g in GROUPS], "--public-key", str(dev_keys.public))
     assert p.returncode == 0, p.stderr[-2000:]
+    for fmt in ("md", "junit", "html"):  # stateless stages report their per-output figures and no token cases
+        out = mo_root / f"report.{fmt}"
+        p = _cli("report", *[str(mo_root / f"minicpm-o.{g}" / "qcs6490" / "w8a16") for g in ("vision", "language")], "--format", fmt,
+                 "--output", str(out), "--public-key", str(dev_keys.public))
+        assert p.returncode == 0, p.stderr[-2000:]
+    md = (mo_root / "report.md").read_text()
+    assert "Stateless graph measured on 5 held-out inputs" in md and "Token agreement" in md
+    junit = (mo_root / "report.junit").read_text()
+    assert "vision_slice448.image_embeds.min_cosine" in junit and junit.count("decode.token_agreement") == 3  # language stages only
+
+
+def test_ai_hub_validation_refuses_a_multimodal_group_clearly(mo_root, tiny_ckpt, dev_keys):
+    p = _cli("hub", "validate", str(mo_root / "minicpm-o.vision" / "qcs6490" / "w8a16"), "--simulate", "--checkpoint", str(tiny_ckpt),
+             "--public-key", str(dev_keys.public))
+    text = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "not implemented" in text and "Traceback" not in p.stderr, p.stderr[-2000:]
+

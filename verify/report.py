@@ -15,7 +15,7 @@ from xml.sax.saxutils import escape as xml_escape
 FORMATS = ("html", "md", "json", "junit")
 
 def _cases_for_stage(s: dict, th: dict) -> list[dict]:
-    from verify.thresholds import output_checks
+    from verify.thresholds import has_decode, output_checks
 
     cases = []
     for comp, outs in sorted(s["outputs"].items()):
@@ -26,6 +26,8 @@ def _cases_for_stage(s: dict, th: dict) -> list[dict]:
             cases += [{"name": f"{comp}.{out}.{c['figure']}", "ok": c["ok"], "value": c["value"], "threshold": c["threshold"], "op": c["op"]}
                       for c in output_checks(m, th)]
     d = s["decode"]
+    if not has_decode(s):  # a stateless encoder: no tokens to judge
+        return cases
     cases.append({"name": "decode.token_agreement", "ok": d["token_agreement"] >= th["min_token_agreement"],
                   "value": d["token_agreement"], "threshold": th["min_token_agreement"], "op": ">="})
     short = min((p["greedy_prefix"] - min(th["min_greedy_prefix"], p["steps"]) for p in d["per_prompt"]), default=0)
@@ -69,7 +71,7 @@ def bundle_report(audit) -> dict:
             "stage": s["stage"], "provider": s["provider"], "precision": s["precision"], "verdict": s["verdict"], "thresholds": th,
             "cases": _cases_for_stage(s, th), "components": _worst_per_component(s),
             "outputs": s["outputs"],
-            "decode": {k: s["decode"].get(k) for k in ("steps", "prompts", "token_agreement", "min_greedy_prefix", "all_greedy_exact",
+            "decode": {k: s["decode"].get(k) for k in ("applicable", "steps", "prompts", "token_agreement", "min_greedy_prefix", "all_greedy_exact",
                                                        "agreement_by_step", "per_prompt")},
         })
     placement = []
@@ -104,6 +106,21 @@ def _f(v) -> str:
     return str(v)
 
 
+def agreement(stage: dict | None) -> str:
+    """A stage's token agreement for a summary table; "—" where nothing was decoded."""
+    if stage is None or stage["decode"].get("applicable") is False:
+        return "—"
+    return _f(stage["decode"]["token_agreement"])
+
+
+def decode_sentence(st: dict) -> str:
+    th, d = st["thresholds"], st["decode"]
+    if d.get("applicable") is False:
+        return f"Stateless graph measured on {d['prompts']} held-out inputs; no tokens to judge."
+    return (f"Token agreement {_f(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
+            f"{d['min_greedy_prefix']} (≥ {th['min_greedy_prefix']}, or a prompt’s whole decode where shorter) over {d['steps']} steps, {d['prompts']} prompts.")
+
+
 def render_markdown(rep: dict) -> str:
     from verify.thresholds import output_checks
 
@@ -116,7 +133,7 @@ def render_markdown(rep: dict) -> str:
         worst = min((r["min_cosine"] for r in last["components"] if r.get("calls")), default=None) if last else None
         fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
         lines.append(f"| `{_name(b)}` | {b['verdict']} | {'✅ pass' if b['audit_ok'] else '❌ FAIL'} | {fails} | "
-                     f"{_f(worst) if worst is not None else '—'} | {_f(last['decode']['token_agreement']) if last else '—'} |")
+                     f"{_f(worst) if worst is not None else '—'} | {agreement(last)} |")
     for b in rep["bundles"]:
         lines += ["", f"## `{_name(b)}`", "", f"Bundle `{b['bundle']}`" + (f", built {b['created']}" if b.get("created") else ""), ""]
         lines += ["| check | result | detail |", "|---|---|---|"]
@@ -124,10 +141,9 @@ def render_markdown(rep: dict) -> str:
             detail = c["message"].replace("|", "\\|") + (f" — fix: {c['fix']}" if not c["ok"] and c["fix"] else "")
             lines.append(f"| {c['id']} | {'pass' if c['ok'] else '**FAIL**'} | {detail} |")
         for st in b["stages"]:
-            th, d = st["thresholds"], st["decode"]
+            th = st["thresholds"]
             lines += ["", f"### Stage `{st['stage']}` on {st['provider']} ({st['precision']}): {st['verdict']}", "",
-                      f"Token agreement {_f(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
-                      f"{d['min_greedy_prefix']} (≥ {th['min_greedy_prefix']}, or a prompt’s whole decode where shorter) over {d['steps']} steps, {d['prompts']} prompts.", "",
+                      decode_sentence(st), "",
                       f"| component | calls | min cosine (≥ {th['min_cosine']}) | min PSNR dB (≥ {th['min_psnr_db']}) | max abs (≤ {th['max_abs']}) | worst output |",
                       "|---|---|---|---|---|---|"]
             for r in st["components"]:

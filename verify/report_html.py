@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from verify.report import _f as _fmt, _name
+from verify.report import _f as _fmt, _name, agreement, decode_sentence
 
 GREEN, RED, GREY, BLUE = "#1a7f37", "#cf222e", "#8c959f", "#0969da"
 STAGE_COLOURS = ("#0969da", "#8250df", "#bf8700", "#1a7f37", "#cf222e")
@@ -160,8 +160,7 @@ def _stage_section(st: dict) -> str:
     comps = st["components"]
     ran = [r for r in comps if r.get("calls")]
     parts = [f'<h3>Stage <code>{escape(st["stage"])}</code> on {escape(st["provider"])} ({escape(st["precision"])}) {_badge(st["verdict"] == "pass")}</h3>',
-             f'<p>Token agreement <b>{_fmt(d["token_agreement"])}</b> (≥ {th["min_token_agreement"]}), shortest exact greedy prefix '
-             f'<b>{d["min_greedy_prefix"]}</b> (≥ {th["min_greedy_prefix"]}, or a prompt’s whole decode where shorter) over {d["steps"]} steps on {d["prompts"]} held-out prompts.</p>',
+             f'<p>{escape(decode_sentence(st))}</p>',
              '<div class="charts">',
              _bar_chart("Worst cosine per component, in nines (0.999 = 3)",
                         [(r["component"], _nines(r["min_cosine"]), f"{r['cosine_output']}: {r['min_cosine']:.8f}") for r in ran],
@@ -207,7 +206,8 @@ def _bundle_section(i: int, b: dict) -> str:
                      f'<td>{escape(c["message"])}{fix}</td></tr>')
     parts.append("</table>")
     if b["stages"]:
-        parts.append('<div class="charts">' + _agreement_chart(b["stages"]) + (_placement_chart(b["placement"]) if b["placement"] else "") + "</div>")
+        decoded = [st for st in b["stages"] if st["decode"].get("applicable") is not False]
+        parts.append('<div class="charts">' + (_agreement_chart(decoded) if decoded else "") + (_placement_chart(b["placement"]) if b["placement"] else "") + "</div>")
     parts += [_stage_section(st) for st in b["stages"]]
     return "".join(parts)
 
@@ -222,7 +222,7 @@ def render_html(rep: dict) -> str:
         rows.append(f'<tr><td><a href="#{_anchor(i)}">{escape(_name(b))}</a></td><td>{escape(str(b["cell"].get("format", "")))}</td>'
                     f'<td>{_badge(b["verdict"] == "pass", "pass", escape(str(b["verdict"])))}</td><td>{_badge(b["audit_ok"])}</td>'
                     f'<td>{escape(fails)}</td><td>{escape(last["provider"]) if last else "—"}</td><td>{_fmt(worst) if worst is not None else "—"}</td>'
-                    f'<td>{_fmt(last["decode"]["token_agreement"]) if last else "—"}</td></tr>')
+                    f'<td>{agreement(last)}</td></tr>')
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>edge-export report</title>"
             f"<style>{CSS}</style></head><body>"
             f'<h1>edge-export report: {s["bundles"]} bundle(s), {len(s["failing"])} failing</h1>'

@@ -49,6 +49,11 @@ def output_checks(m: dict, th: dict) -> list[dict]:
     ]
 
 
+def has_decode(stage: dict) -> bool:
+    """Whether a stage judged tokens (a stateless encoder's stage records ``decode.applicable: false``)."""
+    return stage.get("decode", {}).get("applicable", True) is not False
+
+
 def stage_failures(stage: dict, th: dict) -> list[dict]:
     """Every threshold a stage's recorded figures miss: one entry per (component, output, metric)."""
     name = stage["stage"]
@@ -61,7 +66,7 @@ def stage_failures(stage: dict, th: dict) -> list[dict]:
             fails += [{"stage": name, "component": comp, "output": out, "metric": c["metric"], "value": c["value"], "threshold": c["threshold"]}
                       for c in output_checks(m, th) if not c["ok"]]
     d = stage["decode"]
-    if d.get("applicable") is False:  # a stateless encoder: no tokens to judge
+    if not has_decode(stage):  # a stateless encoder: no tokens to judge
         return fails
     if d["token_agreement"] < th["min_token_agreement"]:
         fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",
