@@ -130,7 +130,7 @@ def _rows(prefix: list[int], rows: np.ndarray, suffix: list[int]) -> tuple[list[
     return tokens, {len(prefix) + i: np.asarray(r, np.float32) for i, r in enumerate(rows)}
 
 
-def multimodal_prompts(cfg: dict, kind: str, rows_list: list[np.ndarray], seed: int) -> list[tuple[list[int], dict]]:
+def multimodal_prompts(cfg: dict, rows_list: list[np.ndarray], seed: int) -> list[tuple[list[int], dict]]:
     """Image/audio + text prompts: a few text tokens, the encoder's rows, a few more text tokens."""
     rng = np.random.Generator(np.random.PCG64(seed))
     out = []
@@ -203,7 +203,7 @@ class Language(_Decoder):
         rows = self.encoder_rows(ctx, data)
         out = [Prompt(list(s)) for s in data.parts[0].sequences] if text else []
         for kind in ("image", "audio"):
-            for i, (tokens, inj) in enumerate(multimodal_prompts(cfg, kind, rows[kind], seed + (kind == "audio"))):
+            for i, (tokens, inj) in enumerate(multimodal_prompts(cfg, rows[kind], seed + (kind == "audio"))):
                 out.append(Prompt(tokens, inj, inj, label=f"{kind}+text #{i}"))
         return out
 
