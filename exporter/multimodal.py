@@ -7,11 +7,13 @@ graph, and measures one verification stage against the torch reference:
 * ``vision`` / ``audio``: stateless graphs on held-out images / audio chunks (per-output metrics);
 * ``language``: the Qwen3 split graphs through verify/split_lm_driver.py on text prompts and on
   image+text and audio+text prompts whose encoder rows come from the torch encoders (the language
-  graphs are judged on real multimodal embeddings; the exported-encoder chain is ``chain_generate``);
+  graphs are judged on real multimodal embeddings; the exported-encoder chain is verify/chain.py);
 * ``speech_decoder``: the condition graph (exported) feeds its rows to the speech decoder's graphs;
   the reference is the torch condition feeding transformers' LlamaForCausalLM.
 
-Heavy imports happen inside methods.
+Harnesses are stateless; what a build needs more than once (data sets, prompts with their encoder rows, the
+torch reference and its generation cache) is computed once per build in ``ctx.memo``. Heavy imports happen
+inside methods.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class DataBundle:
 
     def to_json(self) -> dict:
         return {"name": self.name, "purpose": self.purpose, "sha256": self.digest, "parts": [p.to_json() for p in self.parts]}
+
+
+def _once(ctx, key, make):
+    """`make()` once per build context."""
+    if key not in ctx.memo:
+        ctx.memo[key] = make()
+    return ctx.memo[key]
 
 
 def _torch_call(module, names: list[str], feeds: dict) -> tuple:
@@ -83,10 +92,10 @@ class _Encoder(_Base):
         raise NotImplementedError
 
     def calibration(self, ctx):
-        return self.data(ctx, "calibration")
+        return _once(ctx, "calibration", lambda: self.data(ctx, "calibration"))
 
     def evaluation(self, ctx):
-        return self.data(ctx, "evaluation")
+        return _once(ctx, "evaluation", lambda: self.data(ctx, "evaluation"))
 
     def check_disjoint(self, cal, ev) -> None:
         from calibration.media import check_disjoint
@@ -124,28 +133,26 @@ class Audio(_Encoder):
         return audio_set(purpose, ctx.recipe.model_config["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 8 if purpose == "calibration" else 3)
 
 
-def _rows(prefix: list[int], rows: np.ndarray, suffix: list[int]) -> tuple[list[int], dict[int, np.ndarray]]:
-    """Tokens with len(rows) placeholders between prefix and suffix, and the position -> row map."""
-    tokens = prefix + [PLACEHOLDER] * len(rows) + suffix
-    return tokens, {len(prefix) + i: np.asarray(r, np.float32) for i, r in enumerate(rows)}
-
-
 def multimodal_prompts(cfg: dict, rows_list: list[np.ndarray], seed: int) -> list[tuple[list[int], dict]]:
     """Image/audio + text prompts: a few text tokens, the encoder's rows, a few more text tokens."""
+    from verify.split_lm_driver import placeholder_prompt
+
     rng = np.random.Generator(np.random.PCG64(seed))
     out = []
     for rows in rows_list:
         pre = [int(t) for t in rng.integers(1, cfg["vocab_size"], 5)]
         post = [int(t) for t in rng.integers(1, cfg["vocab_size"], 4)]
-        out.append(_rows(pre, rows[0], post))
+        out.append(placeholder_prompt(pre, rows[0], post, PLACEHOLDER))
     return out
 
 
 class _Decoder(_Base):
     def reference(self, ctx):
+        """The torch reference, shared by every stage of the build (its greedy generations are cached)."""
         from verify.reference import LMReference
 
-        return LMReference(self.hf_model(ctx), {c.name: ctx.step_module(c) for c in ctx.components if c.role != "encoder"})
+        return _once(ctx, "reference", lambda: LMReference(self.hf_model(ctx), {c.name: ctx.step_module(c) for c in ctx.components
+                                                                                if c.role != "encoder"}))
 
     def hf_model(self, ctx):
         raise NotImplementedError
@@ -166,6 +173,9 @@ class Language(_Decoder):
         return ctx.model()
 
     def calibration(self, ctx):
+        return _once(ctx, "calibration", lambda: self._calibration(ctx))
+
+    def _calibration(self, ctx):
         from calibration.lm_data import calibration_set
         from calibration.media import audio_set, image_set
         from recipes.minicpm_o import AUDIO_FRAMES
@@ -177,6 +187,9 @@ class Language(_Decoder):
                            audio_set("calibration", cfg["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 2)))
 
     def evaluation(self, ctx):
+        return _once(ctx, "evaluation", lambda: self._evaluation(ctx))
+
+    def _evaluation(self, ctx):
         from calibration.lm_data import evaluation_set
         from calibration.media import audio_set, image_set
         from recipes.minicpm_o import AUDIO_FRAMES
@@ -208,35 +221,20 @@ class Language(_Decoder):
         return out
 
     def calibration_feeds(self, ctx, fp32) -> dict:
-        from exporter.pipeline import _cpu_target, _runners
-        from verify import split_lm_driver as drv
+        from exporter.pipeline import calibration_feeds
 
         cal = self.calibration(ctx)
-        runners, _ = _runners(fp32, _cpu_target())
-        graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in ctx.manifest_components()}
-        feeds: dict[str, list[dict]] = {name: [] for name in graphs}
-        layout = ctx.recipe.state_layout
-        ar = max(g.ar for g in graphs.values() if g.role == "prefill")
-
-        def rec(step):
-            feeds[step.component].append(step.feeds)
-
-        for seq in cal.parts[0].sequences:  # as the text recipes: whole-bucket prefill, teacher-forced decode, own continuation
-            seq = list(seq)
-            drv.generate(runners, graphs, layout, seq, 1, on_step=rec)
-            drv.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
-            drv.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
-        # image and audio rows have their own ranges: calibrate on multimodal prompts too
-        for p in self.prompts(ctx, cal, 7001, text=False):
-            drv.generate(runners, graphs, layout, p.tokens, 16, on_step=rec, inject=p.artifact_rows)
-        return feeds
+        # the text recipes' runs over the token sequences, and, since image and audio rows have their own ranges,
+        # greedy decoding of multimodal prompts
+        prompts = [(p.tokens, p.artifact_rows, 16) for p in self.prompts(ctx, cal, 7001, text=False)]
+        return calibration_feeds(ctx, fp32, cal.parts[0].sequences, prompts)
 
     def measure(self, ctx, stage, provider, precision, runners, components):
         from verify.parity import measure_stage
 
+        prompts = _once(ctx, "evaluation-prompts", lambda: self.prompts(ctx, self.evaluation(ctx), 9001))
         return measure_stage(stage, provider, precision, runners, self.lm_components(components), ctx.recipe.state_layout,
-                             self.prompts(ctx, self.evaluation(ctx), 9001), self.reference(ctx), ctx.recipe.thresholds[precision],
-                             ctx.recipe.decode_steps)
+                             prompts, self.reference(ctx), ctx.recipe.thresholds[precision], ctx.recipe.decode_steps)
 
 
 class SpeechDecoder(_Decoder):
@@ -258,16 +256,17 @@ class SpeechDecoder(_Decoder):
 
         tc = ctx.recipe.model_config["tts_config"]
         context = max(c.bucket.context for c in ctx.components)
-        return DataBundle("minicpm-o-speech-calibration-v1", "calibration", (calibration_set(tc["num_audio_tokens"], context),
-                                                                             self._conditions(ctx, "calibration")))
+        return _once(ctx, "calibration", lambda: DataBundle(
+            "minicpm-o-speech-calibration-v1", "calibration", (calibration_set(tc["num_audio_tokens"], context), self._conditions(ctx, "calibration"))))
 
     def evaluation(self, ctx):
         from calibration.lm_data import evaluation_set
 
         tc = ctx.recipe.model_config["tts_config"]
         pre = next(c for c in ctx.components if c.role == "prefill")
-        return DataBundle("minicpm-o-speech-evaluation-v1", "evaluation", (evaluation_set(tc["num_audio_tokens"], pre.bucket.ar, count=0),
-                                                                           self._conditions(ctx, "evaluation")))
+        return _once(ctx, "evaluation", lambda: DataBundle(
+            "minicpm-o-speech-evaluation-v1", "evaluation",
+            (evaluation_set(tc["num_audio_tokens"], pre.bucket.ar, count=0), self._conditions(ctx, "evaluation"))))
 
     def condition_prompts(self, ctx, conds, runner, acc=None):
         """(Prompt per condition): rows from the exported condition graph (`runner`) and from the torch one."""

@@ -97,6 +97,7 @@ class Context:
     current: str = "resolve"  # the stage running now (named in a failure record)
     components: tuple = ()  # the recipe's graphs as the plan cuts them (layer-range parts)
     component_extra: dict = field(default_factory=dict)  # per-component manifest fields a backend adds (kernel libraries)
+    memo: dict = field(default_factory=dict)  # what a harness computes once per build (data sets, references)
 
     def __post_init__(self):
         if not self.components:
@@ -257,12 +258,13 @@ def stage_export(ctx: Context) -> dict[str, Path]:
     return out
 
 
-def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dict]]:
-    """Inputs of every graph along calibration sequences, produced by the float graphs."""
+def calibration_feeds(ctx: Context, fp32: dict[str, Path], sequences=None, prompts=()) -> dict[str, list[dict]]:
+    """Inputs of every graph along calibration sequences (default: the build's calibration set), produced by the
+    float graphs; `prompts` adds (tokens, injected rows, steps) runs of greedy decoding (multimodal prompts)."""
     from verify.drivers import driver_for
 
     lm_driver = driver_for(ctx.recipe.state_layout)
-    cal = ctx.calibration()
+    sequences = ctx.calibration().sequences if sequences is None else sequences
     runners, _ = _runners(fp32, _cpu_target())
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in ctx.manifest_components()}
     feeds: dict[str, list[dict]] = {name: [] for name in graphs}
@@ -272,7 +274,7 @@ def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dic
 
     layout = ctx.recipe.state_layout
     ar = max(g.ar for g in graphs.values() if g.role == "prefill")
-    for seq in cal.sequences:
+    for seq in sequences:
         seq = list(seq)
         # prefill over the whole bucket (every prefill position), then decode over every position
         lm_driver.generate(runners, graphs, layout, seq, 1, on_step=rec)
@@ -280,6 +282,8 @@ def calibration_feeds(ctx: Context, fp32: dict[str, Path]) -> dict[str, list[dic
         # and the model's own greedy continuation of a short prompt: generated text concentrates
         # attention far more than random tokens, and its activation ranges are what a runtime sees
         lm_driver.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
+    for tokens, inject, steps in prompts:
+        lm_driver.generate(runners, graphs, layout, tokens, steps, on_step=rec, inject=inject)
     return feeds
 
 

@@ -8,6 +8,7 @@ Torch-free; reads manifests only (audit the bundles for integrity).
 from __future__ import annotations
 
 from manifests import manifest as mf
+from verify.thresholds import has_decode
 
 FIGURES = ("min_cosine", "min_psnr_db", "max_abs", "p05_cosine")
 DECODE_FIGURES = ("token_agreement", "min_greedy_prefix")
@@ -55,7 +56,7 @@ def _metrics(old_stages: list[dict], new_stages: list[dict]) -> list[dict]:
                     if metric in m or metric in om:
                         rows.append({"stage": s["stage"], "component": comp, "output": out, "metric": metric,
                                      **_figure(om.get(metric), m.get(metric), metric)})
-        if s["decode"].get("applicable") is False and o["decode"].get("applicable") is False:
+        if not has_decode(s) and not has_decode(o):
             continue  # stateless encoders: no tokens on either side
         for metric in DECODE_FIGURES:
             rows.append({"stage": s["stage"], "component": "decode", "output": "tokens", "metric": metric,

@@ -33,7 +33,7 @@ from dataclasses import replace
 from recipes.base import Bucket, CheckpointPin, Component, Recipe, TensorSpec, Thresholds
 from recipes.cost import CostModel, GraphCost, GraphGroup, encoder_graph, kv_state
 from recipes.shapes import llama_decoder_tensor_shapes, minicpmo_tensor_shapes, siglip_vision_tensor_shapes, split_by_layer, whisper_encoder_tensor_shapes
-from recipes.split_lm import SplitLM
+from recipes.split_lm import SplitLM, cost_graphs
 from recipes.split_lm import components as split_components
 from recipes.split_lm import state_layout as split_state_layout
 
@@ -164,19 +164,6 @@ def _params(shapes: dict, prefix: str = "") -> int:
     return sum(prod(v) for k, v in shapes.items() if k.startswith(prefix))
 
 
-def _split_cost(lm: SplitLM, shapes: dict, intermediate: int, heads: int, weight_set: str, embed_set: str, head_set: str) -> list[GraphCost]:
-    """Costs of the split graphs, named as their components (shapes: the decoder's own tensor names)."""
-    pre, layers, post = split_by_layer(shapes)
-    h, v = lm.hidden, lm.vocab
-    graphs = [GraphCost(f"embed_ar{a}", "embedding", Bucket(a, a), embed_set, pre, (), 0, h, name=f"embed_ar{a}") for a in (lm.prefill_ar, 1)]
-    for c in lm.contexts:
-        for role, a in (("prefill", lm.prefill_ar), ("decode", 1)):
-            graphs.append(GraphCost(f"{role}_ar{a}_cl{c}", role, Bucket(a, c), weight_set, 0, layers, 0, 8 * h + 3 * intermediate, heads,
-                                    name=f"{role}_ar{a}_cl{c}"))
-    graphs.append(GraphCost("head_ar1", "head", Bucket(1, 1), head_set, 0, (), post, v, name="head_ar1"))
-    return graphs
-
-
 def group_costs(cfg: dict) -> dict[str, CostModel]:
     """The exact cost model of each buildable group (tensor shapes of the checkpoint's config), and the estimate of the last."""
     vc, ac, tc = cfg["vision_config"], cfg["audio_config"], cfg["tts_config"]
@@ -191,11 +178,11 @@ def group_costs(cfg: dict) -> dict[str, CostModel]:
     audio = GraphCost("audio_chunk1s", "encoder", Bucket(frames, frames), "audio", apre, alayers, apost + _params(shapes, "audio_projection_layer."),
                       12 * ac["d_model"], ac["encoder_attention_heads"], name="audio_chunk1s")
     llm_shapes = {k[4:]: v for k, v in shapes.items() if k.startswith("llm.")}
-    lang = _split_cost(_language_lm(cfg), llm_shapes, cfg["intermediate_size"], cfg["num_attention_heads"], "decoder", "embed", "head")
+    lang = cost_graphs(_language_lm(cfg), llm_shapes, cfg["intermediate_size"], cfg["num_attention_heads"])
     sp = _speech_lm(cfg)
     sshapes = llama_decoder_tensor_shapes(tc) | {"embed_tokens.weight": (tc["num_audio_tokens"], tc["hidden_size"]),
                                                   "lm_head.weight": (tc["num_audio_tokens"], tc["hidden_size"])}
-    speech = _split_cost(sp, sshapes, tc["intermediate_size"], tc["num_attention_heads"], "speech", "speech_embed", "speech_head")
+    speech = cost_graphs(sp, sshapes, tc["intermediate_size"], tc["num_attention_heads"], "speech", "speech_embed", "speech_head")
     cond = condition_component(cfg)
     speech.insert(0, GraphCost(cond.name, "encoder", cond.bucket, "speech_condition",
                                _params(shapes, "tts.emb_text.") + _params(shapes, "tts.projector_semantic."), (), 0, 4 * tc["hidden_size"], 0, name=cond.name))

@@ -19,10 +19,10 @@ synthesised deterministically (6 layers, window 32, vocab 512) and pinned, and
 from __future__ import annotations
 
 
-from recipes.base import Bucket, CheckpointPin, Component, Recipe, Thresholds
-from recipes.cost import CostModel, GraphCost, kv_state
+from recipes.base import CheckpointPin, Component, Recipe, Thresholds
+from recipes.cost import CostModel, kv_state
 from recipes.shapes import gemma3_text_tensor_shapes, split_by_layer
-from recipes.split_lm import SplitLM
+from recipes.split_lm import SplitLM, cost_graphs
 from recipes.split_lm import components as split_components
 from recipes.split_lm import state_layout as split_state_layout
 from recipes.synth import write_seeded_checkpoint
@@ -102,17 +102,12 @@ def state_layout(cfg: dict) -> dict:
 
 
 def cost(cfg: dict) -> CostModel:
-    ar, contexts = buckets(cfg)
     shapes = gemma3_text_tensor_shapes(cfg)
-    pre, layers, post = split_by_layer(shapes)
-    h, i_, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    post = split_by_layer(shapes)[2]
     kinds = layer_types(cfg)
-    graphs = [GraphCost(f"embed_ar{a}", "embedding", Bucket(a, a), "embed", pre, (), 0, h, name=f"embed_ar{a}") for a in (ar, 1)]
-    for c in contexts:
-        for role, a in (("prefill", ar), ("decode", 1)):
-            graphs.append(GraphCost(f"{role}_ar{a}_cl{c}", role, Bucket(a, c), "decoder", 0, layers, 0, 8 * h + 3 * i_,
-                                    cfg["num_attention_heads"], name=f"{role}_ar{a}_cl{c}"))
-    graphs.append(GraphCost("head_ar1", "head", Bucket(1, 1), "embed", 0, (), post + v * h, v, name="head_ar1"))
+    # the tied head reads the embedding's copy
+    graphs = cost_graphs(split_lm(cfg), shapes, cfg["intermediate_size"], cfg["num_attention_heads"], head_set="embed",
+                         head_params=post + cfg["vocab_size"] * cfg["hidden_size"])
     glob = kinds.count("full_attention")
     return CostModel(
         graphs=tuple(graphs),

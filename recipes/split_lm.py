@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recipes.base import Bucket, Component, TensorSpec
+from recipes.cost import GraphCost
+from recipes.shapes import split_by_layer
 
 MASK_VALUE = -100.0
 
@@ -135,3 +137,19 @@ def state_layout(lm: SplitLM) -> dict:
             "reference": "verify/sampler.py",
         },
     }
+
+
+def cost_graphs(lm: SplitLM, shapes: dict, intermediate: int, heads: int, weight_set: str = "decoder", embed_set: str = "embed",
+                head_set: str = "head", head_params: int | None = None) -> list[GraphCost]:
+    """The planner's cost of every split graph, named as its component. `shapes` are the decoder's own tensor names
+    (embedding before the stack, final norm and untied head after it); a tied head passes `head_params`."""
+    pre, layers, post = split_by_layer(shapes)
+    h, v = lm.hidden, lm.vocab
+    graphs = [GraphCost(f"embed_ar{a}", "embedding", Bucket(a, a), embed_set, pre, (), 0, h, name=f"embed_ar{a}") for a in (lm.prefill_ar, 1)]
+    for c in lm.contexts:
+        for role, a in (("prefill", lm.prefill_ar), ("decode", 1)):
+            graphs.append(GraphCost(f"{role}_ar{a}_cl{c}", role, Bucket(a, c), weight_set, 0, layers, 0, 8 * h + 3 * intermediate, heads,
+                                    name=f"{role}_ar{a}_cl{c}"))
+    graphs.append(GraphCost("head_ar1", "head", Bucket(1, 1), head_set, 0, (), post if head_params is None else head_params, v, name="head_ar1"))
+    return graphs
+

@@ -43,7 +43,6 @@ class Chain:
         comps = [c for c in m["components"] if c["role"] != "encoder"]
         runners = {c["name"]: gate.open_session(bundle, self.key, self.target, c["name"]) for c in comps}
         graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in comps}
-        tokens = list(prefix) + [placeholder] * len(rows) + list(suffix)
-        inject = {len(prefix) + i: np.asarray(r, np.float32) for i, r in enumerate(rows)}
+        tokens, inject = drv.placeholder_prompt(prefix, rows, suffix, placeholder)
         out, logits = drv.generate(runners, graphs, layout, tokens, steps, forced=forced, inject=inject)
         return (out, logits) if with_logits else out

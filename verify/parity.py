@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from recipes.base import Thresholds
 from verify.drivers import driver_for
 from verify.metrics import Accumulator, cosine
-from verify.thresholds import stage_failures
+from verify.thresholds import has_decode, stage_failures
 
 
 @dataclass
@@ -190,7 +190,7 @@ def markdown(summary: dict, title: str) -> str:
     for s in summary["stages"]:
         name, d = s["stage"], s["decode"]
         lines += [f"## Stage `{name}` ({s['provider']}, {s['precision']}): {s['verdict']}", ""]
-        if d.get("applicable", True):
+        if has_decode(s):
             lines += [
                 f"Greedy decode over {d['steps']} steps on {d['prompts']} held-out prompts: teacher-forced agreement {d['token_agreement']:.3f}, "
                 f"shortest exact greedy prefix {d['min_greedy_prefix']}, all exact: {d['all_greedy_exact']}; logits vs HF min cosine {d['logits_vs_hf']['min_cosine']:.6f}.",

@@ -11,11 +11,13 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
+from verify.thresholds import has_decode
+
 
 FORMATS = ("html", "md", "json", "junit")
 
 def _cases_for_stage(s: dict, th: dict) -> list[dict]:
-    from verify.thresholds import has_decode, output_checks
+    from verify.thresholds import output_checks
 
     cases = []
     for comp, outs in sorted(s["outputs"].items()):
@@ -108,14 +110,14 @@ def _f(v) -> str:
 
 def agreement(stage: dict | None) -> str:
     """A stage's token agreement for a summary table; "—" where nothing was decoded."""
-    if stage is None or stage["decode"].get("applicable") is False:
+    if stage is None or not has_decode(stage):
         return "—"
     return _f(stage["decode"]["token_agreement"])
 
 
 def decode_sentence(st: dict) -> str:
     th, d = st["thresholds"], st["decode"]
-    if d.get("applicable") is False:
+    if not has_decode(st):
         return f"Stateless graph measured on {d['prompts']} held-out inputs; no tokens to judge."
     return (f"Token agreement {_f(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
             f"{d['min_greedy_prefix']} (≥ {th['min_greedy_prefix']}, or a prompt’s whole decode where shorter) over {d['steps']} steps, {d['prompts']} prompts.")

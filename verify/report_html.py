@@ -12,6 +12,7 @@ import math
 from html import escape
 
 from verify.report import _f as _fmt, _name, agreement, decode_sentence
+from verify.thresholds import has_decode
 
 GREEN, RED, GREY, BLUE = "#1a7f37", "#cf222e", "#8c959f", "#0969da"
 STAGE_COLOURS = ("#0969da", "#8250df", "#bf8700", "#1a7f37", "#cf222e")
@@ -206,7 +207,7 @@ def _bundle_section(i: int, b: dict) -> str:
                      f'<td>{escape(c["message"])}{fix}</td></tr>')
     parts.append("</table>")
     if b["stages"]:
-        decoded = [st for st in b["stages"] if st["decode"].get("applicable") is not False]
+        decoded = [st for st in b["stages"] if has_decode(st)]
         parts.append('<div class="charts">' + (_agreement_chart(decoded) if decoded else "") + (_placement_chart(b["placement"]) if b["placement"] else "") + "</div>")
     parts += [_stage_section(st) for st in b["stages"]]
     return "".join(parts)

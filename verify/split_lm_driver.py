@@ -181,6 +181,13 @@ def call(runners: dict[str, Runner], graphs: dict[str, GraphSpec], state: RingFu
     return run(head, {"hidden": np.ascontiguousarray(hidden[:, n - 1 : n])})["logits"][0, 0]
 
 
+def placeholder_prompt(prefix: list[int], rows, suffix: list[int], placeholder: int) -> tuple[list[int], dict[int, np.ndarray]]:
+    """Tokens with one placeholder per encoder row between `prefix` and `suffix`, and the position -> row map
+    that generate()/call() take as `inject` (the layout's ``inject`` rule)."""
+    tokens = list(prefix) + [placeholder] * len(rows) + list(suffix)
+    return tokens, {len(prefix) + i: np.asarray(r, np.float32) for i, r in enumerate(rows)}
+
+
 def generate(
     runners: dict[str, Runner],
     graphs: dict[str, GraphSpec],

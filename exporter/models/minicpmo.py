@@ -48,6 +48,14 @@ def checkpoint_files(directory: Path) -> dict[str, str]:
         return {k: "model.safetensors" for k in f.keys()}
 
 
+def _by_file(files: dict[str, str], names) -> dict[str, list[str]]:
+    """Tensor names grouped by the safetensors file that holds them (each file opened once)."""
+    out: dict[str, list[str]] = {}
+    for k in names:
+        out.setdefault(files[k], []).append(k)
+    return out
+
+
 def check_layout(directory: Path, cfg: dict) -> dict[str, str]:
     """Every expected tensor present with its shape; nothing of an unknown layout. Returns name -> file."""
     from safetensors import safe_open
@@ -59,11 +67,7 @@ def check_layout(directory: Path, cfg: dict) -> dict[str, str]:
     missing = sorted(set(want) - set(files))
     unexpected = sorted(k for k in set(files) - set(want) if not k.startswith(UNUSED))
     mismatched = []
-    by_file: dict[str, list[str]] = {}
-    for k in want:
-        if k in files:
-            by_file.setdefault(files[k], []).append(k)
-    for fname, names in by_file.items():
+    for fname, names in _by_file(files, [k for k in want if k in files]).items():
         with safe_open(str(Path(directory) / fname), "np") as f:
             for k in names:
                 shape = tuple(f.get_slice(k).get_shape())
@@ -84,10 +88,7 @@ def _read(directory: Path, files: dict[str, str], prefix: str) -> dict[str, torc
 
     out: dict[str, torch.Tensor] = {}
     names = sorted(k for k in files if k.startswith(prefix) and not k.startswith(UNUSED))
-    by_file: dict[str, list[str]] = {}
-    for k in names:
-        by_file.setdefault(files[k], []).append(k)
-    for fname, ks in by_file.items():
+    for fname, ks in _by_file(files, names).items():
         with safe_open(str(Path(directory) / fname), "pt") as f:
             for k in ks:
                 out[k[len(prefix):]] = f.get_tensor(k).float()
@@ -196,8 +197,9 @@ def load_vision(directory: Path, cfg: dict, files: dict[str, str]) -> VisionSlic
 # ---- audio --------------------------------------------------------------------------------------
 
 
-class AudioProjector(nn.Module):
-    """``audio_projection_layer.`` (upstream MultiModalProjector)."""
+class MultiModalProjector(nn.Module):
+    """Upstream's MultiModalProjector (linear, ReLU, linear): ``audio_projection_layer.`` and the "mlp"
+    ``tts.projector_semantic.``."""
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -213,7 +215,7 @@ class AudioChunk(nn.Module):
     """Log-mel frames [1, mel, F] -> [1, F / 2 / pool, llm hidden]: transformers' Whisper encoder (convolutions,
     positions, layers, final norm; the last hidden state), the projector, then the average pool."""
 
-    def __init__(self, apm: nn.Module, projector: AudioProjector, pool: int):
+    def __init__(self, apm: nn.Module, projector: MultiModalProjector, pool: int):
         super().__init__()
         self.apm, self.projector, self.pool = apm, projector, pool
 
@@ -239,7 +241,7 @@ def load_audio(directory: Path, cfg: dict, files: dict[str, str]) -> AudioChunk:
         apm = WhisperEncoder(config)
     apm = _fill(apm, _read(directory, files, "apm."), "apm")
     with _no_init():
-        proj = AudioProjector(ac["encoder_ffn_dim"] // 4, cfg["hidden_size"])
+        proj = MultiModalProjector(ac["encoder_ffn_dim"] // 4, cfg["hidden_size"])
     proj = _fill(proj, _read(directory, files, "audio_projection_layer."), "audio_projection_layer")
     return AudioChunk(apm, proj, cfg["audio_pool_step"]).eval()
 
@@ -263,19 +265,6 @@ def load_language(directory: Path, cfg: dict, files: dict[str, str]) -> nn.Modul
 # ---- speech-token decoder -----------------------------------------------------------------------
 
 
-class SpeechProjector(nn.Module):
-    """``tts.projector_semantic.`` (projector_type "mlp")."""
-
-    def __init__(self, in_dim: int, out_dim: int):
-        super().__init__()
-        self.linear1 = nn.Linear(in_dim, out_dim)
-        self.relu = nn.ReLU()
-        self.linear2 = nn.Linear(out_dim, out_dim)
-
-    def forward(self, x):
-        return self.linear2(self.relu(self.linear1(x)))
-
-
 class SpeechCondition(nn.Module):
     """Reply text ids [1, N] and their LLM hidden states [1, N, llm] -> condition rows [1, N, H]
     (``emb_text(ids) + normalize(projector_semantic(hidden))``) and the audio-BOS row [1, 1, H]; the runtime
@@ -284,7 +273,7 @@ class SpeechCondition(nn.Module):
     def __init__(self, num_text_tokens: int, hidden: int, llm_dim: int, bos: int):
         super().__init__()
         self.emb_text = nn.Embedding(num_text_tokens, hidden)
-        self.projector_semantic = SpeechProjector(llm_dim, hidden)
+        self.projector_semantic = MultiModalProjector(llm_dim, hidden)
         self.bos = bos
 
     def forward(self, text_ids, llm_hidden):

@@ -25,6 +25,31 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, mean_sq=mean_sq_
     return weight * (x / torch.sqrt(mean_sq(x) + eps))
 
 
+def decoder_layer(layer, h, cos, sin, past_k, past_v, mask, n_heads: int, n_kv: int, head_dim: int, eps: float, mean_sq=mean_sq_last):
+    """One Qwen3/Llama decoder layer over the AR rows `h` [1, AR, hidden] with the HTP-friendly ops above; query/key
+    norms where the layer has them (Qwen3), none where it does not (Llama). Returns (h, new keys, new values)."""
+    ar = h.shape[1]
+
+    def heads(x, n):
+        return x.view(1, ar, n, head_dim).transpose(1, 2)
+
+    attn = layer.self_attn
+    x = rms_norm(h, layer.input_layernorm.weight, eps, mean_sq)
+    q = heads(attn.q_proj(x), n_heads)
+    k = heads(attn.k_proj(x), n_kv)
+    if hasattr(attn, "q_norm"):
+        q = rms_norm(q, attn.q_norm.weight, eps, mean_sq)
+        k = rms_norm(k, attn.k_norm.weight, eps, mean_sq)
+    v = heads(attn.v_proj(x), n_kv)
+    q = q * cos + swap_halves(q) * sin
+    k = k * cos + swap_halves(k) * sin
+    o = grouped_attention(q, k, v, past_k, past_v, mask, head_dim**-0.5)
+    h = h + attn.o_proj(o)
+    x = rms_norm(h, layer.post_attention_layernorm.weight, eps, mean_sq)
+    mlp = layer.mlp
+    return h + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x)), k, v
+
+
 class Qwen3Step(nn.Module):
     def __init__(self, hf_model: nn.Module, ar: int, context: int, pooled_mean: bool = False):
         super().__init__()
@@ -43,29 +68,15 @@ class Qwen3Step(nn.Module):
         self.register_buffer("cos_table", cos, persistent=False)
         self.register_buffer("sin_table", sin, persistent=False)
 
-    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        return x.view(1, self.ar, n, self.head_dim).transpose(1, 2)
-
     def forward(self, input_ids, position_ids, attention_mask, *past):
         h = nn.functional.embedding(input_ids, self.model.embed_tokens.weight)  # no padding_idx: ExecuTorch fuses only that form
         # Gather (not GatherND) so that int32 positions stay valid ONNX
         cos = nn.functional.embedding(position_ids, self.cos_table).unsqueeze(1)  # [1,1,ar,hd]
         sin = nn.functional.embedding(position_ids, self.sin_table).unsqueeze(1)
-        scale = self.head_dim**-0.5
         new_kv = []
         for i, layer in enumerate(self.model.layers):
-            attn = layer.self_attn
-            x = rms_norm(h, layer.input_layernorm.weight, self.eps, self.mean_sq)
-            q = rms_norm(self._heads(attn.q_proj(x), self.n_heads), attn.q_norm.weight, self.eps, self.mean_sq)
-            k = rms_norm(self._heads(attn.k_proj(x), self.n_kv), attn.k_norm.weight, self.eps, self.mean_sq)
-            v = self._heads(attn.v_proj(x), self.n_kv)
-            q = q * cos + swap_halves(q) * sin
-            k = k * cos + swap_halves(k) * sin
-            o = grouped_attention(q, k, v, past[2 * i], past[2 * i + 1], attention_mask, scale)
-            h = h + attn.o_proj(o)
-            x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps, self.mean_sq)
-            mlp = layer.mlp
-            h = h + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+            h, k, v = decoder_layer(layer, h, cos, sin, past[2 * i], past[2 * i + 1], attention_mask, self.n_heads, self.n_kv,
+                                    self.head_dim, self.eps, self.mean_sq)
             new_kv += [k, v]
         logits = self.lm_head(rms_norm(h, self.model.norm.weight, self.eps, self.mean_sq))
         return (logits, *new_kv)

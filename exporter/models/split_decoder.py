@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from exporter.models.ops import grouped_attention, mean_sq_last, mean_sq_last_pooled, rotary_tables, swap_halves
-from exporter.models.qwen3 import rms_norm
+from exporter.models.ops import mean_sq_last, mean_sq_last_pooled, rotary_tables
+from exporter.models.qwen3 import decoder_layer, rms_norm
 
 
 class DecoderEmbed(nn.Module):
@@ -53,32 +53,14 @@ class DecoderStack(nn.Module):
         self.register_buffer("cos_table", cos, persistent=False)
         self.register_buffer("sin_table", sin, persistent=False)
 
-    def _heads(self, x, n):
-        return x.view(1, self.ar, n, self.head_dim).transpose(1, 2)
-
     def forward(self, hidden, position_ids, mask_global, *past):
         cos = nn.functional.embedding(position_ids, self.cos_table).unsqueeze(1)
         sin = nn.functional.embedding(position_ids, self.sin_table).unsqueeze(1)
-        scale = self.head_dim**-0.5
         h = hidden
         new_kv = []
         for slot, i in enumerate(range(self.start, self.end)):
-            layer = self.layers[i]
-            attn = layer.self_attn
-            x = rms_norm(h, layer.input_layernorm.weight, self.eps, self.mean_sq)
-            q = self._heads(attn.q_proj(x), self.n_heads)
-            k = self._heads(attn.k_proj(x), self.n_kv)
-            if hasattr(attn, "q_norm"):
-                q = rms_norm(q, attn.q_norm.weight, self.eps, self.mean_sq)
-                k = rms_norm(k, attn.k_norm.weight, self.eps, self.mean_sq)
-            v = self._heads(attn.v_proj(x), self.n_kv)
-            q = q * cos + swap_halves(q) * sin
-            k = k * cos + swap_halves(k) * sin
-            o = grouped_attention(q, k, v, past[2 * slot], past[2 * slot + 1], mask_global, scale)
-            h = h + attn.o_proj(o)
-            x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps, self.mean_sq)
-            mlp = layer.mlp
-            h = h + mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+            h, k, v = decoder_layer(self.layers[i], h, cos, sin, past[2 * slot], past[2 * slot + 1], mask_global, self.n_heads, self.n_kv,
+                                    self.head_dim, self.eps, self.mean_sq)
             new_kv += [k, v]
         return (h, *new_kv)
 
