@@ -148,12 +148,17 @@ def verify_cmd(
             gate.open_session(bundle, key, tgt, c["name"])
     p = opened.manifest["parity"]
     info = {"bundle": str(bundle), "target": tgt, "verdict": p["verdict"], "signature": "valid", "files": len(opened.manifest["files"]),
-            "stages": [{k: s[k] for k in ("stage", "verdict", "provider")} for s in p["stages"]], "sessions_opened": open_sessions}
+            "stages": [{k: s[k] for k in ("stage", "verdict", "provider")} for s in p["stages"]], "sessions_opened": open_sessions,
+            "verification": opened.manifest.get("verification", {})}
     if as_json:
         _print_json(info)
     else:
         _err_console().print(f"[green]✓[/green] {bundle}: signature valid, {info['files']} files match, target {tgt}, parity {p['verdict']}"
                              + (" , every component opened on its execution provider" if open_sessions else ""))
+        if info["verification"].get("emulated"):
+            from rich.markup import escape
+
+            _err_console().print(f"  [yellow]placement unqualified:[/yellow] {escape(info['verification']['note'])}")
 
 
 @app.command("recipes")
@@ -320,6 +325,9 @@ def _print_plan(plan) -> None:
             con.print(f"  - {escape(x.name)}: {escape(x.reason)}; fix: {escape(x.fix)}")
     else:
         con.print("[green]admitted[/green]")
+    v = plan.verification
+    if plan.admitted and v.get("emulated"):
+        con.print(f"[yellow]verification:[/yellow] parity on {escape(v['provider'])}, not {escape(v['emulates'])}: {escape(v['note'])}")
 
 
 def _print_groups(groups: dict) -> None:

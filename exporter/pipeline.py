@@ -98,6 +98,7 @@ class Context:
     components: tuple = ()  # the recipe's graphs as the plan cuts them (layer-range parts)
     component_extra: dict = field(default_factory=dict)  # per-component manifest fields a backend adds (kernel libraries)
     memo: dict = field(default_factory=dict)  # what a harness computes once per build (data sets, references)
+    custom_ops: tuple = ()  # custom-op libraries the quantized graphs need in an ORT session (Quark's, for BF16)
 
     def __post_init__(self):
         if not self.components:
@@ -108,6 +109,14 @@ class Context:
             # exactly the planned graphs: a --context below the largest bucket drops the larger ones
             planned = {a.graph_name for a in self.plan.artifacts}
             self.components = tuple(c for c in self.recipe.with_parts(splits) if c.graph_name in planned)
+
+    def run_target(self) -> dict:
+        """The target the final graphs open on here: the target itself, or where the plan says parity is emulated
+        (no such EP on this host), the emulating EP under the same profile. Never implicit: it is the plan's."""
+        v = self.plan.verification
+        if v.get("emulated"):
+            return {**self.target.to_json(), "execution_provider": v["provider"]}
+        return self.target.to_json()
 
     def manifest_components(self) -> list[dict]:
         from dataclasses import replace
@@ -182,7 +191,7 @@ def _cpu_target() -> dict:
     return get_target("cpu").to_json()
 
 
-def _runners(paths: dict[str, Path], target: dict, components: list[dict] | None = None) -> tuple[dict, dict]:
+def _runners(paths: dict[str, Path], target: dict, components: list[dict] | None = None, custom_ops: tuple = ()) -> tuple[dict, dict]:
     from exporter.runtime import open_session
 
     specs = {c["name"]: c for c in components or []}
@@ -194,7 +203,7 @@ def _runners(paths: dict[str, Path], target: dict, components: list[dict] | None
             c = specs[name]
             runners[name] = PteRunner(p, [t["name"] for t in c["inputs"]], [t["name"] for t in c["outputs"]], c.get("kernel_libraries", ()))
             continue
-        sess, pl = open_session(p, target)
+        sess, pl = open_session(p, target, custom_ops=custom_ops)
         runners[name] = sess
         placement[name] = pl
     return runners, placement
@@ -238,7 +247,10 @@ def stage_lower_executorch(ctx: "Context") -> tuple[dict[str, Path], dict[str, d
 def stage_export(ctx: Context) -> dict[str, Path]:
     from exporter.backends.onnx_export import OPSET, export_component
 
-    opset = ctx.harness.opset if ctx.harness else OPSET
+    if ctx.plan.format == "ryzenai-qdq":
+        from exporter.backends.ryzenai import RYZENAI_OPSET as opset
+    else:
+        opset = ctx.harness.opset if ctx.harness else OPSET
     out = {}
     mcomps = {c["name"]: c for c in ctx.manifest_components()}
     for comp in ctx.components:
@@ -292,17 +304,22 @@ CALIBRATION_PROCEDURE = ("per calibration sequence: prefill of the whole sequenc
 
 
 def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path], dict]:
+    from recipes.base import CALIBRATED_METHODS
+
     precision = ctx.plan.precision
-    method = PRECISIONS[precision].method
+    method = PRECISIONS[precision].method_for(ctx.plan.format)
     if method == "float":
         return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None}
-    cal = ctx.calibration()
+    calibrated = method in CALIBRATED_METHODS
+    cal = ctx.calibration() if calibrated else None
+    tools = QUANT_TOOLS + (("amd-quark", "torch") if method.startswith("quark-") else ("nncf",) if method.startswith("nncf-") else ())
     out, info = {}, {}
     for name, src in fp32.items():
-        options = ctx.recipe.quant_options.get(precision, {})
-        inputs = {"source": sha256_file(src), "precision": precision, "tools": ctx.tool_subset(QUANT_TOOLS), "code": code_digest(),
+        # Quark's presets take their own options, keyed "ryzenai-qdq:PRECISION" (ORT's QNN QDQ options are not theirs)
+        options = ctx.recipe.quant_options.get(f"ryzenai-qdq:{precision}" if method.startswith("quark-") else precision, {})
+        inputs = {"source": sha256_file(src), "precision": precision, "method": method, "tools": ctx.tool_subset(tools), "code": code_digest(),
                   **({"options": options} if options else {})}
-        if method == "ort-qdq-static":
+        if calibrated:
             inputs["calibration"] = cal.digest
 
         def build(tmp: Path, name=name, src=src):
@@ -310,18 +327,30 @@ def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path]
 
             if method == "ort-dynamic":
                 return q.dynamic_int8(src, tmp / "model.onnx")
+            if method == "fp16-convert":
+                return q.fp16_convert(src, tmp / "model.onnx")
+            if method.startswith("nncf-"):
+                return q.nncf_weight_only(src, tmp / "model.onnx", precision)
             if ctx._feeds is None:
                 with ctx.reporter.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples)"):
                     ctx._feeds = ctx.harness.calibration_feeds(ctx, fp32) if ctx.harness else calibration_feeds(ctx, fp32)
+            if method.startswith("quark-"):
+                from exporter.backends import ryzenai
+
+                return ryzenai.quantize(src, tmp / "model.onnx", ctx._feeds[name], precision, ctx.cache.root, ctx.reporter, **options)
             return q.static_w8a16(src, tmp / "model.onnx", ctx._feeds[name], **options)
 
-        with ctx.timed("quantize", f"{name} {precision}"):
+        with ctx.timed("quantize", f"{name} {precision} ({method})"):
             r = ctx.cache.run("quantize", inputs, build)
         ctx.hits[f"quantize/{name}"] = r.hit
         out[name] = r.path / "model.onnx"
         info = r.info
-    scheme = {"precision": precision, **info}
-    scheme["calibration"] = {**cal.to_json(), "procedure": CALIBRATION_PROCEDURE} if method == "ort-qdq-static" else None
+        if info.get("needs_custom_ops") and not ctx.custom_ops:
+            from exporter.backends.ryzenai import custom_ops_library
+
+            ctx.custom_ops = (custom_ops_library(ctx.cache.root, ctx.reporter),)
+    scheme = {"precision": precision, "method": method, **info}
+    scheme["calibration"] = {**cal.to_json(), "procedure": CALIBRATION_PROCEDURE} if calibrated else None
     return out, scheme
 
 
@@ -375,7 +404,8 @@ def _verification_stages(ctx: Context, fp32, quantized, final) -> list[tuple[str
             stages.append(("fake-quant", quantized, p, cpu))
             stages.append(("compiled", final, p, ctx.target.to_json()))
         else:
-            stages.append(("quantized", final, p, ctx.target.to_json()))
+            # on the target's EP, or where the plan says so, its emulation (stage provider names which)
+            stages.append(("quantized", final, p, ctx.run_target()))
     return stages
 
 
@@ -405,7 +435,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
         for name, paths, precision, target in stages:
             provider = ET_PROVIDER if ctx.plan.format == "executorch" else target["execution_provider"]
             with ctx.reporter.stage("verify", f"{name} on {provider}"):
-                runners, pl = _runners(paths, target, ctx.manifest_components())
+                runners, pl = _runners(paths, target, ctx.manifest_components(), ctx.custom_ops)
                 res = ctx.harness.measure(ctx, name, provider, precision, runners, ctx.manifest_components()) if ctx.harness else measure_stage(
                     name, provider, precision, runners, ctx.manifest_components(),
                     ctx.recipe.state_layout, [list(s) for s in ev.sequences], reference,
@@ -440,6 +470,21 @@ def _bundle_files(ctx: Context, final: dict[str, Path], staging: Path) -> list[d
             files = [entry]
         comps.append({**cj, "entry": entry, "files": files})
     return comps
+
+
+def _runtime_files(ctx: Context, scheme: dict, dest: Path, staging: Path) -> dict:
+    """What a runtime needs besides the graphs, written into the bundle: the Vitis AI EP's provider options and
+    (BF16) its compile configuration for a Ryzen AI bundle; for every bundle, the EP and how to open it."""
+    rt = {"execution_provider": ctx.target.execution_provider, "provider_options": {}, "files": [],
+          "custom_op_domains": sorted(scheme.get("custom_op_domains", ()))}
+    if ctx.plan.format == "ryzenai-qdq":
+        from exporter.backends.ryzenai import PROVIDER_OPTIONS, vitisai_files
+
+        files = vitisai_files(f"{ctx.recipe.name}-{dest.name}", ctx.plan.precision, bool(scheme.get("needs_custom_ops")))
+        for name, body in files.items():
+            (staging / name).write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+        rt |= {"provider_options": files[PROVIDER_OPTIONS]["provider_options"], "files": sorted(files), "opset": files[PROVIDER_OPTIONS]["session"]["opset"]}
+    return rt
 
 
 def _worst(outputs: dict) -> dict:
@@ -582,8 +627,12 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
 
     with ctx.timed("sign", str(dest)), staging_dir(dest) as tmp:
         comps = _bundle_files(ctx, final, tmp)
+        emulated = ctx.plan.verification.get("emulated", False)
         for c in comps:
             c["placement"] = placement.get(c["name"], {})
+            if emulated:
+                c["placement"] = {**c["placement"], "measured_on": ctx.plan.verification["provider"], "placement_on_target": "unqualified"}
+        runtime = _runtime_files(ctx, scheme, dest, tmp)
         (tmp / "parity.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
         (tmp / "parity.md").write_text(markdown(summary, f"{recipe.name} / {target.name} / {plan.precision}"))
         files = {
@@ -612,7 +661,8 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
             "evaluation": summary["evaluation"],
             "tools": ctx.tools,
             "memory": memory,
-            "verification": verification_host(target),
+            "verification": verification_host(target, ctx.plan.verification),
+            "runtime": runtime,
             "parity": {
                 "verdict": summary["verdict"],
                 "first_failure": summary["first_failure"],
@@ -714,9 +764,12 @@ def host_abi() -> tuple[str, str]:
     return os_name, f"{system}-{arch}"
 
 
-def verification_host(target: Target) -> dict:
-    """Where parity was measured, and whether that counts as on the target itself."""
+def verification_host(target: Target, planned: dict | None = None) -> dict:
+    """Where parity was measured, and whether that counts as on the target itself (`planned`: the plan's verification)."""
     os_name, abi = host_abi()
+    if planned and planned.get("emulated"):
+        return {"host_os": os_name, "host_abi": abi, "emulated": True, "on_target": False, "provider": planned["provider"],
+                "emulates": planned["emulates"], "placement": "unqualified", "note": planned["note"]}
     emulated = target.execution_provider == "QNNExecutionProvider" and not abi.endswith("aarch64") and "arm64" not in abi
     return {
         "host_os": os_name,
@@ -731,12 +784,13 @@ def stage_memory(ctx: Context, final: dict[str, Path]) -> dict:
     """Estimated (plan) and measured (fresh-process probe) memory of the final graphs."""
     from verify.memprobe import compare, measure
 
-    inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": ctx.target.to_json(),
+    target = ctx.run_target()
+    inputs = {"artifacts": {n: artifact_digest(p) for n, p in final.items()}, "target": target,
               "tools": ctx.tool_subset(COMPILE_TOOLS), "code": code_digest()}
     fmt = "executorch" if ctx.plan.format == "executorch" else "onnx"
-    with ctx.timed("memory", "peak resident memory of opening and running every graph"):
-        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), ctx.target.to_json(),
-                                                                             ctx.recipe.state_layout, fmt=fmt)})
+    with ctx.timed("memory", f"peak resident memory of opening and running every graph on {target['execution_provider']}"):
+        r = ctx.cache.run("memory", inputs, lambda tmp: {"measured": measure(final, ctx.manifest_components(), target,
+                                                                             ctx.recipe.state_layout, fmt=fmt, custom_ops=ctx.custom_ops)})
     ctx.hits["memory"] = r.hit
     measured = r.info["measured"]
     return {"estimate": ctx.plan.memory, "measured": measured, "comparison": compare(ctx.plan.memory, measured)}

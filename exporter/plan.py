@@ -18,7 +18,7 @@ Rejection codes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from exporter.prereq import Prerequisite, missing_for
+from exporter.prereq import Prerequisite, missing_for, verification_plan
 from exporter.targets import GiB, MiB, Target
 from recipes.base import PRECISIONS, Precision, Recipe
 from recipes.cost import GraphCost
@@ -78,6 +78,7 @@ class Plan:
     rejection: Rejection | None = None
     missing: tuple[Prerequisite, ...] = ()
     cost_source: str = ""
+    verification: dict = field(default_factory=dict)  # where parity is measured (prereq.verification_plan)
 
     @property
     def admitted(self) -> bool:
@@ -101,6 +102,7 @@ class Plan:
             "artifacts": [a.to_json() for a in self.artifacts],
             "memory": dict(self.memory),
             "cost_source": self.cost_source,
+            "verification": dict(self.verification),
         }
 
 
@@ -328,7 +330,7 @@ def make_plan(
             artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
     memory = _memory(recipe, target, p, graphs, artifacts)
     missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target.accelerator.kind))
-    kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing)
+    kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing, verification=verification_plan(target))
     if memory["required_bytes"] > memory["budget_bytes"]:
         alt = memory["required_bytes_if_weights_shared"]
         why = ""

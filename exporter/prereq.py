@@ -10,14 +10,15 @@ import importlib.util
 from dataclasses import dataclass
 
 # formats the exporter builds today (with the python modules each needs), and the issue that adds the others
-IMPLEMENTED_FORMATS = {"onnx": (), "qnn-context": (), "executorch": ("executorch", "torchao")}
-PLANNED_FORMATS = {"ryzenai-qdq": "Ryzen AI Quark QDQ backend (issue #9)"}
+IMPLEMENTED_FORMATS = {"onnx": (), "qnn-context": (), "executorch": ("executorch", "torchao"), "ryzenai-qdq": ("quark",)}
+PLANNED_FORMATS: dict[str, str] = {}
 PIP_FOR_MODULE = {
     "onnxruntime": "pip install 'edge-export[runtime]'",
     "onnxruntime_qnn": "pip install 'edge-export[qnn]'",
     "executorch": "pip install 'edge-export[executorch]'",
     "torchao": "pip install 'edge-export[executorch]'",
     "quark": "pip install 'edge-export[ryzenai]'",
+    "nncf": "pip install 'edge-export[ryzenai]'",
 }
 PROVIDER_FIX = {
     "CUDAExecutionProvider": "install onnxruntime-gpu (CUDA 12) on a host with an NVIDIA GPU",
@@ -105,12 +106,17 @@ def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: 
         out.append(Prerequisite("recipe export path", recipe_blocked, blocked_fix))
     if fmt not in IMPLEMENTED_FORMATS:
         out.append(Prerequisite(f"{fmt} backend", f"edge-export does not build {fmt} artifacts yet", PLANNED_FORMATS.get(fmt, "not planned")))
-    if not precision.implemented_for(fmt) and not qnn_delegate:
+    method = precision.method_for(fmt)
+    if method is None and not qnn_delegate:
         out.append(Prerequisite(
             f"{precision.name} quantizer", f"no backend produces {precision.name} ({precision.method}) as {fmt} yet",
-            "build a precision the exporter implements (onnx: fp32, int8; qnn-context: w8a16; executorch: fp32, int8, 8da4w), or add the backend",
+            "build a precision the exporter implements (onnx: fp32, fp16, int8, int8-wo, int4; qnn-context: w8a16; "
+            "executorch: fp32, int8, 8da4w; ryzenai-qdq: w8a16, w8a8, xint8, bf16), or add the backend",
         ))
-    requires = tuple(requires) + tuple(f"module:{m}" for m in IMPLEMENTED_FORMATS.get(fmt, ()))
+    from recipes.base import METHOD_MODULES
+
+    needed = IMPLEMENTED_FORMATS.get(fmt, ()) + METHOD_MODULES.get(method or "", ())
+    requires = tuple(requires) + tuple(f"module:{m}" for m in dict.fromkeys(needed))
     providers = None
     for req in requires:
         kind, _, name = req.partition(":")
@@ -121,3 +127,24 @@ def missing_for(requires: tuple[str, ...], fmt: str, precision, recipe_blocked: 
             if name not in providers:
                 out.append(Prerequisite(name, f"ONNX Runtime on this host has no {name}", PROVIDER_FIX.get(name, "install the execution provider")))
     return out
+
+
+PLACEMENT_WORDS = {"vitisai": "NPU", "gpu": "GPU", "cuda": "GPU"}
+
+
+def verification_plan(target) -> dict:
+    """Where parity will be measured for `target` on this host. The target's own EP when present; its declared
+    `emulated_by` EP otherwise, said as such: numerics of the artifact, placement on the accelerator unqualified."""
+    ep = target.execution_provider
+    if target.emulated_by is None or ep in _providers():
+        return {"provider": ep, "emulated": False, "emulates": None, "placement": "measured", "note": ""}
+    what = PLACEMENT_WORDS.get(target.accelerator.kind, target.accelerator.kind)
+    built = "quantized for" if what == "NPU" else "built for"
+    return {
+        "provider": target.emulated_by,
+        "emulated": True,
+        "emulates": ep,
+        "placement": "unqualified",
+        "note": (f"{built} {what} ({ep}), emulated on {target.emulated_by.removesuffix('ExecutionProvider')}, {what} placement unqualified: "
+                 f"this host has no {ep}; a run on a {target.name} host records the placement"),
+    }

@@ -73,18 +73,24 @@ def open_session(
     allow_fallback: bool = False,
     context_out: str | Path | None = None,
     threads: int = 1,
+    custom_ops: tuple[str, ...] = (),
+    provider_options: dict | None = None,
 ):
     """Create a session for `target` (a Target.to_json() dict); returns (session, placement).
 
     For an accelerator target the CPU fallback is disabled unless `allow_fallback`
     (used only to name the nodes that would not be placed); `context_out` makes the
-    QNN EP write an EPContext model plus its context binary there.
+    QNN EP write an EPContext model plus its context binary there. `custom_ops` are
+    custom-op libraries to register (Quark's, for BF16 QDQ models); `provider_options`
+    are the EP's own (the Vitis AI EP's from its bundle).
     """
     ort = _ort()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    for lib in custom_ops:
+        so.register_custom_ops_library(str(lib))
     provider = target["execution_provider"]
     if provider == "CPUExecutionProvider":
         if context_out is not None:
@@ -100,6 +106,13 @@ def open_session(
             so.add_session_config_entry("ep.context_embed_mode", "0")
         so.add_provider_for_devices(devices, qnn_provider_options(target["accelerator"], qnn))
         sess = ort.InferenceSession(str(model_path), sess_options=so)
+    elif provider in ort.get_available_providers():
+        # a provider-library EP (Vitis AI, DirectML, CUDA): every node on it, no CPU fallback
+        if context_out is not None:
+            raise PlanRejected(f"target {target['name']} has no compiled-context format")
+        if not allow_fallback:
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        sess = ort.InferenceSession(str(model_path), sess_options=so, providers=[provider], provider_options=[dict(provider_options or {})])
     else:
         raise MissingPrerequisite(
             f"execution provider {provider} is not available on this host",

@@ -63,6 +63,8 @@ class Target:
     hub_device: str | None = None
     hub_chipset: str | None = None
     requires: tuple[str, ...] = ()  # "module:<python module>" | "provider:<ORT EP name>"
+    # the EP that measures parity where this host lacks `execution_provider` (explicit in plan and manifest)
+    emulated_by: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -108,6 +110,7 @@ class Target:
             "hub_device": self.hub_device,
             "hub_chipset": self.hub_chipset,
             "requires": list(self.requires),
+            "emulated_by": self.emulated_by,
             "sources": dict(self.sources),
         }
 
@@ -149,6 +152,7 @@ def _target(d: dict) -> Target:
         hub_device=d.get("hub_device"),
         hub_chipset=d.get("hub_chipset"),
         requires=tuple(d.get("requires", ())),
+        emulated_by=d.get("emulated_by"),
         sources=dict(d.get("sources", {})),
     )
 

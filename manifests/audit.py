@@ -79,6 +79,7 @@ class Policy:
     allow_synthetic_checkpoint: bool = True
     require_published: bool = True
     require_device_validation: bool = False  # a passing, non-simulated AI Hub record beside the bundle
+    require_placement: bool = False  # placement measured on the target's own EP (not an emulation on the CPU)
     thresholds: dict = field(default_factory=dict)  # precision (or "*") -> metric -> value
     tools: dict = field(default_factory=dict)  # tool -> exact version required (overrides the declared pins)
     signers: tuple[str, ...] = ()  # allowed public-key SHA-256 fingerprints; empty: the key given
@@ -87,11 +88,11 @@ class Policy:
     def to_json(self) -> dict:
         return {"name": self.name, "require_pinned_checkpoint": self.require_pinned_checkpoint,
                 "allow_synthetic_checkpoint": self.allow_synthetic_checkpoint, "require_published": self.require_published,
-                "require_device_validation": self.require_device_validation,
+                "require_device_validation": self.require_device_validation, "require_placement": self.require_placement,
                 "thresholds": self.thresholds, "tools": self.tools, "signers": list(self.signers), "source": self.source}
 
 
-POLICY_KEYS = {"name", "require_pinned_checkpoint", "allow_synthetic_checkpoint", "require_published", "require_device_validation",
+POLICY_KEYS = {"name", "require_pinned_checkpoint", "allow_synthetic_checkpoint", "require_published", "require_device_validation", "require_placement",
                "thresholds", "tools", "signers"}
 
 
@@ -235,8 +236,14 @@ def _check_plan(data: dict) -> Check:
     return Check("plan", True, f"{b['precision']} / {b['format']}, {len(graphs)} graphs as planned")
 
 
-def _check_placement(data: dict) -> Check:
-    ep = data["target"]["execution_provider"]
+def _emulation(data: dict) -> dict | None:
+    v = data.get("verification") or {}
+    return v if v.get("emulated") and v.get("emulates") == data["target"]["execution_provider"] else None
+
+
+def _check_placement(data: dict, policy: Policy) -> Check:
+    emu = _emulation(data)
+    ep = emu["provider"] if emu else data["target"]["execution_provider"]
     found = []
     for c in data["components"]:
         pl = c.get("placement") or {}
@@ -259,6 +266,12 @@ def _check_placement(data: dict) -> Check:
     if found:
         return Check("placement", False, "; ".join(found),
                      f"the artifact does not run fully on {ep}: fix the unsupported ops in the step module and rebuild", tuple(found))
+    if emu:
+        need = policy.require_placement
+        return Check("placement", not need, f"placement unqualified: {emu['note']} (every node ran on {ep} in the emulation)"
+                     + (" (the policy requires placement on the target's EP)" if need else ""),
+                     f"run the bundle through the gate on a {data['target']['name']} host with {emu['emulates']} and record its placement" if need else "",
+                     ({"emulated_by": ep, "target_provider": emu["emulates"], "placement": "unqualified"},))
     return Check("placement", True, f"every component entirely on {ep}" if data["bundle"]["format"] != "executorch"
                  else "every program delegated to XNNPACK, the rest on allow-listed portable kernels")
 
@@ -278,7 +291,10 @@ def _required_thresholds(recipe_name: str, precision: str, policy: Policy) -> di
 def _final_provider(data: dict) -> str:
     from exporter.backends.executorch_export import PROVIDER
 
-    return PROVIDER if data["bundle"]["format"] == "executorch" else data["target"]["execution_provider"]
+    if data["bundle"]["format"] == "executorch":
+        return PROVIDER
+    emu = _emulation(data)
+    return emu["provider"] if emu else data["target"]["execution_provider"]
 
 
 def _check_parity(data: dict, full: dict | None, unreadable: EdgeExportError | None, policy: Policy) -> Check:
@@ -378,7 +394,7 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
         _check_files(bundle, data),
         _check_pins(data, declared_pins() if pins is None else pins, policy),
         _check_plan(data),
-        _check_placement(data),
+        _check_placement(data, policy),
         _check_parity(data, full, unreadable, policy),
         _check_checkpoint(data, policy),
         _check_device_validation(bundle, public_key, policy),

@@ -99,15 +99,16 @@ class Precision:
         scale = 16 / self.group_size if self.group_size else 0.0
         return (self.weight_bits + scale) / 8
 
-    @property
-    def implemented(self) -> bool:
-        return self.method in IMPLEMENTED_METHODS
+    def method_for(self, fmt: str) -> str | None:
+        """The method that produces this scheme as `fmt`, or None where no backend builds it yet. A format may
+        produce a precision its own way (Quark's A16W8 for a Ryzen AI QDQ model, ORT's QNN QDQ for an HTP one)."""
+        if fmt in FORMAT_METHODS:
+            return FORMAT_METHODS[fmt].get(self.name)
+        return self.method if self.method in IMPLEMENTED_METHODS.get(fmt, ()) else None
 
     def implemented_for(self, fmt: str) -> bool:
-        """Whether the exporter produces this scheme in `fmt` (the ExecuTorch backend has its own methods)."""
-        if fmt == "executorch":
-            return self.name in EXECUTORCH_PRECISIONS
-        return self.implemented
+        """Whether the exporter produces this scheme in `fmt`."""
+        return self.method_for(fmt) is not None
 
 
 @dataclass(frozen=True)
@@ -200,32 +201,58 @@ class Recipe:
         return sha256_json(self.to_json())
 
 
-IMPLEMENTED_METHODS = frozenset({"float", "ort-dynamic", "ort-qdq-static"})
-# what exporter/backends/executorch_export.py lowers (fp32; int8 through PT2E; 8da4w through torchao)
-EXECUTORCH_PRECISIONS = frozenset({"fp32", "int8", "8da4w"})
+# the methods each ONNX-based format builds with its precisions' own `method`
+IMPLEMENTED_METHODS: dict[str, frozenset[str]] = {
+    "onnx": frozenset({"float", "ort-dynamic", "ort-qdq-static", "fp16-convert", "nncf-int4", "nncf-int8-wo"}),
+    # NNCF's weight-only DequantizeLinear does not run on QNN (DESIGN.md); fp16 on HTP is not built yet
+    "qnn-context": frozenset({"float", "ort-dynamic", "ort-qdq-static"}),
+}
+# formats whose backend maps precisions to methods of its own
+FORMAT_METHODS: dict[str, dict[str, str]] = {
+    # exporter/backends/executorch_export.py: fp32; int8 through PT2E; 8da4w through torchao
+    "executorch": {"fp32": "float", "int8": "pt2e-int8", "8da4w": "torchao-8da4w"},
+    # exporter/backends/ryzenai.py: AMD Quark presets, calibrated on the build's calibration set
+    "ryzenai-qdq": {"xint8": "quark-xint8", "w8a8": "quark-a8w8", "w8a16": "quark-a16w8", "bf16": "quark-bf16"},
+}
+# methods whose quantizer runs calibration feeds through the float graphs
+CALIBRATED_METHODS = frozenset({"ort-qdq-static", "quark-xint8", "quark-a8w8", "quark-a16w8", "quark-bf16"})
+# python modules a method needs at build time (checked by the plan)
+METHOD_MODULES = {"nncf-int4": ("nncf",), "nncf-int8-wo": ("nncf",), "quark-xint8": ("quark",), "quark-a8w8": ("quark",),
+                  "quark-a16w8": ("quark",), "quark-bf16": ("quark",)}
+EXECUTORCH_PRECISIONS = frozenset(FORMAT_METHODS["executorch"])
 
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
         Precision("fp32", "float32", "float32", "float", "unquantized float32 graph", 32, 32),
-        Precision("fp16", "float16", "float16", "fp16-convert", "float16 graph (GPU, HTP v73+ fp16 path)", 16, 16),
-        Precision("bf16", "bfloat16", "bfloat16", "quark-bf16", "bfloat16 (AMD Quark BF16 preset, Ryzen AI NPU)", 16, 16),
+        Precision("fp16", "float16 (graph inputs/outputs stay float32)", "float16", "fp16-convert",
+                  "float16 graph (GPU; HTP v73+ fp16 path); onnxruntime.transformers.float16 with float32 I/O", 16, 16),
+        Precision("bf16", "bfloat16", "bfloat16", "quark-bf16", "bfloat16 QDQ (AMD Quark BF16 preset, Ryzen AI NPU)", 16, 16),
+        Precision(
+            "xint8", "int8 symmetric, power-of-two scales", "uint8, power-of-two scales (calibrated, MinMSE)", "quark-xint8",
+            "AMD Quark XINT8: power-of-two scales for the NPU's convolution path (Ryzen AI)", 8, 8,
+        ),
         Precision(
             "int8", "int8 per-channel (symmetric)", "uint8 dynamic (per call)", "ort-dynamic",
             "ONNX Runtime dynamic quantization (MatMulInteger); CPU execution providers", 8, 32,
         ),
         Precision(
             "int4", "int4 blocks of 128 (symmetric, fp16 scales)", "float (unchanged)", "nncf-int4",
-            "weight-only 4-bit (MatMulNBits); CPU, CUDA and DirectML", 4, 32, 128,
+            "weight-only 4-bit (NNCF INT4_SYM, MatMulNBits); CPU, CUDA and DirectML", 4, 32, 128,
+        ),
+        Precision(
+            "int8-wo", "int8 per-channel (asymmetric)", "float (unchanged)", "nncf-int8-wo",
+            "weight-only 8-bit (NNCF INT8_ASYM, DequantizeLinear before MatMul/Gather); CPU, CUDA and DirectML", 8, 32,
         ),
         Precision(
             "8da4w", "int4 groups of 32 (symmetric), int4 embedding", "int8 dynamic (per token)", "torchao-8da4w",
             "torchao 8-bit dynamic activations with 4-bit grouped weights (ExecuTorch XNNPACK)", 4, 8, 32,
         ),
-        Precision("w8a8", "uint8 per-tensor", "uint8 static (calibrated)", "ort-qdq-static-a8", "calibrated QDQ, 8-bit weights and activations", 8, 8),
+        Precision("w8a8", "int8 per-tensor (symmetric)", "int8 static (calibrated)", "ort-qdq-static-a8",
+                  "calibrated QDQ, 8-bit weights and activations (Ryzen AI: Quark A8W8)", 8, 8),
         Precision(
             "w8a16", "uint8 per-tensor (asymmetric)", "uint16 static (calibrated)", "ort-qdq-static",
-            "calibrated QDQ: uint8 weights, uint16 activations; the integer path of Qualcomm HTP", 8, 16,
+            "calibrated QDQ, 8-bit weights, 16-bit activations: uint8/uint16 on Qualcomm HTP (ORT QNN QDQ), int8/int16 on Ryzen AI (Quark A16W8)", 8, 16,
         ),
         Precision(
             "w4a16", "int4 blocks of 64 (per-block scales)", "uint16 static (calibrated)", "qnn-lpbq",

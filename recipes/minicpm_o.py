@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from recipes.amd import AMD_ENCODER_THRESHOLDS, GPU_PRECISIONS
 from recipes.base import Bucket, CheckpointPin, Component, Recipe, TensorSpec, Thresholds
 from recipes.cost import CostModel, GraphCost, GraphGroup, encoder_graph, kv_state
 from recipes.shapes import llama_decoder_tensor_shapes, minicpmo_tensor_shapes, siglip_vision_tensor_shapes, split_by_layer, whisper_encoder_tensor_shapes
@@ -82,6 +83,7 @@ THRESHOLDS_ENCODER = {
     "fp32": Thresholds(min_cosine=0.99999, min_psnr_db=60.0, max_abs=1e-3, min_token_agreement=0.0, min_greedy_prefix=0),
     "int8": Thresholds(min_cosine=0.98, min_psnr_db=25.0, max_abs=1.0, min_token_agreement=0.0, min_greedy_prefix=0),
     "w8a16": Thresholds(min_cosine=0.98, min_psnr_db=25.0, max_abs=1.0, min_token_agreement=0.0, min_greedy_prefix=0),
+    **AMD_ENCODER_THRESHOLDS,
 }
 THRESHOLDS_LM = {
     "fp32": Thresholds(min_cosine=0.99999, min_psnr_db=60.0, max_abs=1e-3, min_token_agreement=1.0, min_greedy_prefix=32),
@@ -91,7 +93,13 @@ THRESHOLDS_LM = {
     "int8": Thresholds(min_cosine=0.98, min_psnr_db=25.0, max_abs=2.0, min_token_agreement=0.85, min_greedy_prefix=0),
     "w8a16": Thresholds(min_cosine=0.95, min_psnr_db=20.0, max_abs=4.0, min_token_agreement=0.85, min_greedy_prefix=0),
 }
-PRECISIONS_ENCODER = {"cpu": ("fp32", "int8"), "htp": ("w8a16",)}  # the towers and the 0.3B speech decoder
+PRECISIONS_ENCODER = {"cpu": ("fp32", "int8"), "htp": ("w8a16",)}  # the 0.3B speech decoder
+# the vision and audio towers also on the AMD/GPU targets; float16 and weight-only variants on GPUs. On the NPU: the
+# Whisper encoder (a convolutional stem) takes XINT8 (power-of-two scales) first, then A16W8; SigLIP is a ViT, and XINT8
+# measured cosine 0.28 on the tiny twin's image embeddings (power-of-two int8 through softmax and layer norms), so the
+# vision tower is A16W8, then BF16 (what Ryzen AI Software names for transformer models)
+PRECISIONS_VISION = {**PRECISIONS_ENCODER, "vitisai": ("w8a16", "bf16"), "gpu": GPU_PRECISIONS, "cuda": GPU_PRECISIONS}
+PRECISIONS_AUDIO = {**PRECISIONS_ENCODER, "vitisai": ("xint8", "w8a16"), "gpu": GPU_PRECISIONS, "cuda": GPU_PRECISIONS}
 # v68 (qcs6490) has no 4-bit weight path; v73+ gets the 4-bit-weight language parts first
 PRECISIONS_LM = {"cpu": ("fp32", "int8"), "qcs6490": ("w8a16",), "htp": ("w4a16", "w8a16")}
 # int8 per-channel MatMul weights (HTP v68 runs them): on the tiny twin the language graphs' teacher-forced agreement on the
@@ -233,13 +241,13 @@ def _group_recipe(cfg: dict, pin: CheckpointPin | None, name: str, group: str, b
     if group == "vision":
         comp = vision_component(cfg)
         return Recipe(name=f"{name}.vision", description="MiniCPM-o vision: SigLIP over one 448² slice, resampler to 64 tokens",
-                      components=(comp,), precisions=PRECISIONS_ENCODER, thresholds=THRESHOLDS_ENCODER, decode_steps=0,
+                      components=(comp,), precisions=PRECISIONS_VISION, thresholds=THRESHOLDS_ENCODER, decode_steps=0,
                       state_layout=encoder_layout("vision", comp, "RGB slice resized to 448², x / 255, (x - 0.5) / 0.5, NCHW float32 "
                                                   "(calibration/media.py normalise_slice)"), **common)
     if group == "audio":
         comp = audio_component(cfg)
         return Recipe(name=f"{name}.audio", description="MiniCPM-o audio: Whisper encoder over a 1 s chunk, projector, pool to 10 tokens",
-                      components=(comp,), precisions=PRECISIONS_ENCODER, thresholds=THRESHOLDS_ENCODER, decode_steps=0,
+                      components=(comp,), precisions=PRECISIONS_AUDIO, thresholds=THRESHOLDS_ENCODER, decode_steps=0,
                       state_layout=encoder_layout("audio", comp, "16 kHz mono, 1 s, WhisperFeatureExtractor log-mel (80 bins, hop 160), "
                                                   f"first {AUDIO_FRAMES} frames (calibration/media.py log_mel)"), **common)
     if group == "language":

@@ -19,6 +19,7 @@ synthesised deterministically (6 layers, window 32, vocab 512) and pinned, and
 from __future__ import annotations
 
 
+from recipes.amd import AMD_GPU_THRESHOLDS, GPU_PRECISIONS
 from recipes.base import CheckpointPin, Component, Recipe, Thresholds
 from recipes.cost import CostModel, kv_state
 from recipes.shapes import gemma3_text_tensor_shapes, split_by_layer
@@ -128,6 +129,7 @@ THRESHOLDS = {
     "w8a16": Thresholds(min_cosine=0.95, min_psnr_db=20.0, max_abs=4.0, min_token_agreement=0.9, min_greedy_prefix=3),
     # ExecuTorch 8da4w (4-bit grouped weights, 4-bit embedding): as tiny-lm's, set from measurement on random weights
     "8da4w": Thresholds(min_cosine=0.93, min_psnr_db=18.0, max_abs=6.0, min_token_agreement=0.6, min_greedy_prefix=0),
+    **AMD_GPU_THRESHOLDS,
 }
 
 
@@ -155,7 +157,16 @@ TINY_PIN = CheckpointPin(
     },
 )
 
-PRECISIONS = {"cpu": ("fp32", "int8"), "htp": ("w8a16",), "executorch": ("fp32", "int8", "8da4w"), "executorch:htp": ("w8a16",), "cuda": ("fp32",), "gpu": ("fp16",), "vitisai": ("w8a16",)}
+PRECISIONS = {"cpu": ("fp32", "int8"), "htp": ("w8a16",), "executorch": ("fp32", "int8", "8da4w"), "executorch:htp": ("w8a16",),
+              "cuda": GPU_PRECISIONS, "gpu": GPU_PRECISIONS, "vitisai": ("bf16", "w8a16", "w8a8")}
+
+
+# On the Ryzen AI NPU spark builds BF16 first (what Ryzen AI Software names for transformer models). Quark A16W8 as
+# preset (Percentile calibration, per-tensor weights) misses the per-call cosine on the tiny twin's last-layer value row
+# (new_value_5 of decode_ar1_cl64: 0.942 < 0.95; every other output >= 0.9926, 128 greedy tokens exact); MinMax
+# calibration and per-channel weights bring it to 0.9448-0.9465 over the three decode buckets, still a recorded
+# parity failure (the HTP's w8a16 measures 0.956 on the same row)
+QUANT_OPTIONS = {"ryzenai-qdq:w8a16": {"calibration": "MinMax", "weights_per_channel": True}}
 
 
 def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | None = None, synth=None, blocked_fix: str = "") -> Recipe:
@@ -179,6 +190,7 @@ def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | 
         synthesize=synth,
         variant_for=for_checkpoint,
         components_for=lambda splits, cfg=cfg: components(cfg, splits),
+        quant_options=QUANT_OPTIONS,
     )
 
 

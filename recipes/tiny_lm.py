@@ -9,6 +9,7 @@ every machine; ``tests/test_tiny_lm.py`` proves it.
 from __future__ import annotations
 
 
+from recipes.amd import AMD_GPU_THRESHOLDS, GPU_PRECISIONS, NPU_PRECISIONS
 from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
 from recipes.cost import CostModel, decoder_graphs, kv_state
 from recipes.lm import lm_components, lm_state_layout
@@ -78,8 +79,10 @@ RECIPE = Recipe(
     pin=PIN,
     model_config=CONFIG,
     components=lm_components(CONFIG, [("prefill", PREFILL), ("decode", DECODE)]),
-    # by accelerator kind: every CPU target, every HTP target (integer path); fp32 on CUDA
-    precisions={"cpu": ("fp32", "int8"), "htp": ("w8a16",), "executorch": ("fp32", "int8", "8da4w"), "executorch:htp": ("w8a16",), "cuda": ("fp32",), "gpu": ("fp16",), "vitisai": ("w8a16",)},
+    # by accelerator kind: every CPU target, every HTP target (integer path), GPUs (float16, weight-only 4/8-bit),
+    # the Ryzen AI NPU (Quark A16W8 for transformer blocks, A8W8, BF16)
+    precisions={"cpu": ("fp32", "int8"), "htp": ("w8a16",), "executorch": ("fp32", "int8", "8da4w"), "executorch:htp": ("w8a16",),
+                "cuda": GPU_PRECISIONS, "gpu": GPU_PRECISIONS, "vitisai": NPU_PRECISIONS},
     thresholds={
         "fp32": Thresholds(min_cosine=0.99999, min_psnr_db=80.0, max_abs=1e-3, min_token_agreement=1.0, min_greedy_prefix=40),
         # Quantized acceptance for this synthetic model (random weights make argmax margins thin);
@@ -89,6 +92,7 @@ RECIPE = Recipe(
         # ExecuTorch 8da4w (4-bit grouped weights, 4-bit embedding): measured on tiny-lm's random weights, worst per-call cosine
         # 0.963, teacher-forced agreement 0.68 (thin argmax margins); a first-token flip is possible, so no exact prefix is required
         "8da4w": Thresholds(min_cosine=0.93, min_psnr_db=18.0, max_abs=6.0, min_token_agreement=0.6, min_greedy_prefix=0),
+        **AMD_GPU_THRESHOLDS,
     },
     decode_steps=40,
     state_layout=lm_state_layout(CONFIG, CONTEXT),

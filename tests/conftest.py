@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,12 @@ def built(out_root, dev_keys):
         for r in build("tiny-lm", target, out_root=out_root):
             results[(target, r.precision)] = r
     return results
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    """The tiny MiniCPM-o twin, written by the CLI (which checks its digests against the recipe's pin)."""
+    d = tmp_path_factory.mktemp("ckpt") / "tiny-minicpm-o"
+    p = subprocess.run([sys.executable, "-m", "exporter", "synthesize", "tiny-minicpm-o", str(d)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return d

@@ -23,14 +23,6 @@ def _cli(*args):
 
 
 @pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ckpt") / "tiny-minicpm-o"
-    p = _cli("synthesize", "tiny-minicpm-o", str(d))
-    assert p.returncode == 0, p.stderr  # the command checks the digests against the recipe's pin
-    return d
-
-
-@pytest.fixture(scope="session")
 def mo_root(tmp_path_factory, tiny_ckpt, key_dir):
     root = tmp_path_factory.mktemp("minicpmo-artifacts")
     for target in ("cpu", "qcs6490"):

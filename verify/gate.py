@@ -8,7 +8,10 @@ accelerators) only if, in this order:
 2. the signature is valid for `public_key` over every file of the bundle;
 3. every file matches the manifest's digest and no file is added or missing;
 4. the bundle was built for `target`;
-5. the parity verdict is `pass` and the bundle was published.
+5. the parity verdict is `pass` and the bundle was published;
+6. the session opens on the target's own execution provider with every node on it. A bundle whose parity
+   was measured on an emulation (Ryzen AI, DirectML, CUDA verified on ORT CPU) is never run on the CPU
+   under the target's label: without the target's EP on this host it is refused (EmulatedOnly).
 
 Otherwise it raises a specific GateError subclass saying which. Torch-free:
 needs only the core install plus onnxruntime (and onnxruntime-qnn for QNN).
@@ -44,6 +47,10 @@ class PlacementError(GateError):
     pass
 
 
+class EmulatedOnly(PlacementError):
+    """The bundle's parity was measured on an emulating EP and this host lacks the target's own EP."""
+
+
 BundleInvalid = mf.ManifestInvalid
 __all__ = [
     "GateError",
@@ -53,6 +60,7 @@ __all__ = [
     "TargetMismatch",
     "NotVerified",
     "PlacementError",
+    "EmulatedOnly",
     "check_bundle",
     "open_session",
     "OpenedBundle",
@@ -106,7 +114,8 @@ def check_bundle(bundle: str | Path, public_key: str | Path, target: str) -> Ope
     return OpenedBundle(bundle, data)
 
 
-def open_session(bundle: str | Path, public_key: str | Path, target: str, component: str, threads: int = 1):
+def open_session(bundle: str | Path, public_key: str | Path, target: str, component: str, threads: int = 1,
+                 ep_cache: str | Path | None = None):
     """Verify `bundle` and return a loaded `component`: an onnxruntime.InferenceSession, or for an
     ExecuTorch bundle a loaded program's ``forward`` behind the same ``run(output_names, feeds)`` call."""
     from exporter.runtime import open_session as _open
@@ -119,11 +128,40 @@ def open_session(bundle: str | Path, public_key: str | Path, target: str, compon
 
         # loaded with Verification.InternalConsistency; the digest check above already covered the bytes
         return PteRunner(entry, [t["name"] for t in comp["inputs"]], [t["name"] for t in comp["outputs"]], comp.get("kernel_libraries", ()))
-    sess, placement = _open(entry, opened.manifest["target"], threads=threads)
-    off = placement.nodes_not_on(opened.manifest["target"]["execution_provider"])
+    target_json = opened.manifest["target"]
+    ep = target_json["execution_provider"]
+    options = _provider_options(opened, ep_cache)
+    v = opened.manifest.get("verification", {})
+    if v.get("emulated") and v.get("emulates") == ep and not _has_provider(ep):
+        raise EmulatedOnly(
+            f"{opened.path}: parity was measured on {v.get('provider')} as an emulation of {ep} ({v.get('note')}); this host has no {ep}, "
+            f"and a {target_json['name']} artifact is not run on the CPU under that label",
+            f"open it on a {target_json['name']} host with {ep} installed, or build for a CPU target (edge-export recipe "
+            f"{opened.manifest['bundle']['recipe']} --target cpu) to run on the CPU",
+        )
+    sess, placement = _open(entry, target_json, threads=threads, provider_options=options)
+    off = placement.nodes_not_on(ep)
     if off:
         raise PlacementError(
-            f"{entry}: nodes not on {opened.manifest['target']['execution_provider']}: {off[:10]}",
+            f"{entry}: nodes not on {ep}: {off[:10]}",
             "the artifact does not run fully on the declared accelerator",
         )
     return sess
+
+
+def _has_provider(ep: str) -> bool:
+    from exporter.prereq import _providers
+
+    return ep in _providers()
+
+
+def _provider_options(opened: OpenedBundle, ep_cache: str | Path | None) -> dict:
+    """The bundle's EP options with its paths made absolute: files inside the bundle, the EP's compile cache
+    outside it (a signed bundle never gains files), by default beside the bundle."""
+    rt = opened.manifest.get("runtime") or {}
+    opts = dict(rt.get("provider_options") or {})
+    if "config_file" in opts:
+        opts["config_file"] = str(mf.safe_relpath(opened.path, opts["config_file"]))
+    if "cache_dir" in opts:
+        opts["cache_dir"] = str(Path(ep_cache) if ep_cache else opened.path.parent / f".{opened.path.name}.{opts['cache_dir']}")
+    return opts

@@ -52,7 +52,8 @@ def _openers(spec: dict):
 
     from exporter.runtime import open_session
 
-    return lambda name, path: open_session(path, spec["target"])[0]
+    libs = tuple(spec.get("custom_ops", ()))
+    return lambda name, path: open_session(path, spec["target"], custom_ops=libs)[0]
 
 
 def probe(spec: dict) -> dict:
@@ -84,7 +85,7 @@ def probe(spec: dict) -> dict:
 
 
 def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300,
-            fmt: str = "onnx") -> dict:
+            fmt: str = "onnx", custom_ops: tuple[str, ...] = ()) -> dict:
     """Run the probe in a child process (a clean heap) and return its report; a failure is reported, not raised."""
     import tempfile
 
@@ -96,6 +97,7 @@ def measure(graphs: dict[str, Path], components: list[dict], target: dict, state
         "target": target,
         "state_buffers": state_layout.get("buffers", []),
         "state_dtype": state_layout.get("dtype", "float32"),
+        "custom_ops": list(custom_ops),
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)

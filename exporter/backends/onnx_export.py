@@ -80,4 +80,9 @@ def export_component(step_module, component: Component, out: Path, opset: int = 
     want_out = [s.name for s in component.outputs]
     if got_in != want_in or got_out != want_out:
         raise RuntimeError(f"exported graph {component.name} has inputs {got_in} / outputs {got_out}, expected {want_in} / {want_out}")
+    got_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if got_opset != opset:
+        # torch.onnx converts to a lower opset after export and keeps the original when the converter fails
+        raise RuntimeError(f"exported graph {component.name} is at opset {got_opset}, not the requested {opset} "
+                           "(torch.onnx's version conversion failed); export at an opset the graph converts to")
     return {"opset": opset, "exporter": "torch.onnx.export(dynamo=True)", "nodes": len(model.graph.node)}

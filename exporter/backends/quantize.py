@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Iterable
+
+
+@contextlib.contextmanager
+def tool_output_to(log: Path):
+    """Send everything a tool prints to `log`: Python's sys.stdout/sys.stderr (Quark's and NNCF's tables, ORT's
+    calibrator) and the process's file descriptors 1 and 2 (ninja, g++), so the CLI's --json stream stays clean."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log, "a", buffering=1) as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+                yield
+        finally:
+            f.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
 
 class _Feeds:
@@ -68,3 +93,53 @@ def static_w8a16(src: Path, dst: Path, feeds: list[dict], matmul_per_channel: bo
         "activations": "uint16 asymmetric (MinMax)",
         "calibration_samples": len(feeds),
     }
+
+
+def fp16_convert(src: Path, dst: Path) -> dict:
+    """The float graph in float16 (onnxruntime.transformers.float16), inputs and outputs kept float32 so the
+    graph keeps the recipe's tensor specs; the casts at the edges are part of the graph."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    _quiet()
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    onnx.save(model, str(dst))
+    return {"scheme": "fp16-convert", "weights": "float16", "activations": "float16 (float32 graph inputs and outputs)",
+            "converter": "onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)"}
+
+
+NNCF_MODES = {
+    # precision -> (NNCF CompressWeightsMode, options, description of what it writes at the exporter's opset 18)
+    "int4": ("INT4_SYM", {"group_size": 128, "ratio": 1.0},
+             "int4 symmetric, groups of 128 (MatMulNBits); embedding and last projection int8 asymmetric per channel (NNCF's backup mode)"),
+    "int8-wo": ("INT8_ASYM", {}, "int8 asymmetric per output channel (DequantizeLinear before MatMul/Gather)"),
+}
+
+
+def nncf_weight_only(src: Path, dst: Path, precision: str) -> dict:
+    """Weight-only compression with NNCF `compress_weights` on the ONNX graph (no calibration data:
+    data-free min/max per channel or group). The group size is halved until it divides every MatMul's
+    reduction dimension (a tiny twin's are smaller than 128); the manifest records the size used."""
+    import onnx
+
+    with tool_output_to(Path(dst).parent / "nncf.log"):
+        import nncf
+    _quiet()
+    mode, options, what = NNCF_MODES[precision]
+    model = onnx.load(str(src))
+    if "group_size" in options:
+        inits = {i.name: tuple(i.dims) for i in model.graph.initializer}
+        ks = [inits[n.input[1]][0] for n in model.graph.node if n.op_type == "MatMul" and len(inits.get(n.input[1], ())) == 2]
+        g = options["group_size"]
+        while g > 1 and any(k % g for k in ks):
+            g //= 2
+        options = {**options, "group_size": g}
+    # Conv weights stay float: NNCF 3.4 writes their per-channel DequantizeLinear scale with the wrong shape for ORT
+    # ("For per axis quantization, scale must be 1D tensor with size 32" on SigLIP's patch embedding)
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    ignored = nncf.IgnoredScope(types=["Conv"]) if convs else None
+    with tool_output_to(Path(dst).parent / "nncf.log"):  # NNCF prints its tables to stdout (the CLI's --json stream)
+        model = nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, mode), ignored_scope=ignored, **options)
+    onnx.save(model, str(dst))
+    return {"scheme": f"nncf-{mode.lower()}", "weights": what.replace("128", str(options.get("group_size", 128))),
+            "activations": "float (unchanged)", "nncf": {"mode": mode, **options, "float_conv_weights": len(convs)}}
