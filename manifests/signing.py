@@ -106,8 +106,10 @@ def sign_bundle(bundle: Path, private_key: Path, signature_name: str = "model.si
     return sig
 
 
-def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.sig") -> None:
-    """Raise SignatureError unless the signature is by `public_key` and every file matches it."""
+def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.sig") -> dict[str, str]:
+    """Raise SignatureError unless the signature is by `public_key` and every file matches it. Returns the signed
+    SHA-256 of every file (model-signing hashed the files on disk and compared them with these), so that a caller
+    comparing the manifest's table need not read the bytes a second time."""
     from model_signing import verifying
 
     bundle = Path(bundle).resolve()
@@ -126,3 +128,16 @@ def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.s
             f"{sig}: signature verification failed ({detail})",
             "the bundle was altered after signing or signed by another key; rebuild it or use the signer's public key",
         ) from None
+    return signed_digests(sig)
+
+
+def signed_digests(sig: Path) -> dict[str, str]:
+    """The per-file SHA-256 of a model-signing signature's payload (call only after the signature verified)."""
+    import base64
+    import json
+
+    payload = json.loads(base64.b64decode(json.loads(Path(sig).read_text())["dsseEnvelope"]["payload"]))
+    pred = payload["predicate"]
+    if pred.get("serialization", {}).get("method") != "files" or pred["serialization"].get("hash_type") != "sha256":
+        return {}  # another serialization: the caller hashes the files itself
+    return {r["name"]: r["digest"] for r in pred["resources"] if r.get("algorithm") == "sha256"}

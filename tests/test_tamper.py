@@ -101,3 +101,18 @@ def test_unverified_bundle_is_refused(bundle, dev_keys):
     sign_bundle(bundle, dev_keys.private)
     with pytest.raises(gate.NotVerified, match="has not passed verification"):
         gate.open_session(bundle, dev_keys.public, "qcs6490", "decode")
+
+
+def test_gate_compares_the_file_table_with_the_signed_digests(bundle, dev_keys, monkeypatch):
+    """The signature check already hashed every file: the table check reuses those digests (one read per byte),
+    and still hashes a file itself when the signature's payload names no digest for it."""
+    import exporter.hashing
+
+    calls = []
+    real = exporter.hashing.sha256_file
+    monkeypatch.setattr(exporter.hashing, "sha256_file", lambda p, *a, **k: calls.append(p.name) or real(p, *a, **k))
+    gate.check_bundle(bundle, dev_keys.public, "qcs6490")
+    assert calls == []
+    monkeypatch.setattr(gate, "verify_bundle", lambda b, k: {})  # as if another serialization: no digests
+    gate.check_bundle(bundle, dev_keys.public, "qcs6490")
+    assert set(calls) == set(json.loads((bundle / "manifest.json").read_text())["files"])

@@ -79,8 +79,8 @@ class OpenedBundle:
         raise GateError(f"{self.path}: no component {name!r}; it has {[c['name'] for c in self.manifest['components']]}")
 
 
-def _check_files(bundle: Path, data: dict) -> None:
-    found = mf.file_findings(bundle, data)
+def _check_files(bundle: Path, data: dict, verified: dict[str, str] | None = None) -> None:
+    found = mf.file_findings(bundle, data, verified)
     if found:
         raise DigestMismatch(
             f"{bundle}: files differ from the manifest: " + "; ".join(f"{f['file']}: {f['problem']}" for f in found),
@@ -94,8 +94,8 @@ def check_bundle(bundle: str | Path, public_key: str | Path, target: str) -> Ope
 
     bundle = Path(bundle)
     data = mf.load(bundle)
-    verify_bundle(bundle, Path(public_key))
-    _check_files(bundle, data)
+    signed = verify_bundle(bundle, Path(public_key))  # reads every byte once; the file table is checked against its digests
+    _check_files(bundle, data, signed)
     want = get_target(target).name
     built = data["bundle"]["target"]
     if built != want:
