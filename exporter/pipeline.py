@@ -443,6 +443,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
                 )
                 results.append(res)
                 placement = {n: p.to_json() for n, p in pl.items()}
+                del runners  # this stage's sessions (a copy of the weights each) go before the next stage's open
         summary = summarize(results)
         (tmp / "parity.json").write_text(json.dumps({"summary": summary, "placement": placement}, indent=1, sort_keys=True))
         return {}
@@ -466,8 +467,13 @@ def _bundle_files(ctx: Context, final: dict[str, Path], staging: Path) -> list[d
             entry, files = src.name, names
         else:
             entry = f"{comp.graph_name}{src.suffix}"
-            shutil.copy2(src, staging / entry)
-            files = [entry]
+            if src.suffix == ".onnx":
+                from exporter.backends.onnx_export import copy_graph
+
+                files = copy_graph(src, staging / entry)  # with its external data, renamed after the entry
+            else:
+                shutil.copy2(src, staging / entry)
+                files = [entry]
         comps.append({**cj, "entry": entry, "files": files})
     return comps
 

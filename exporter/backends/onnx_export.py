@@ -44,6 +44,47 @@ def load_hf_model(directory: Path, architecture: str):
     return model.eval()
 
 
+def external_data_files(graph: Path) -> list[str]:
+    """The external data files a graph's initializers name (relative to its directory), in first-use order."""
+    import onnx
+
+    m = onnx.load(str(graph), load_external_data=False)
+    locs = []
+    for t in m.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            loc = next(e.value for e in t.external_data if e.key == "location")
+            if loc not in locs:
+                locs.append(loc)
+    return locs
+
+
+def copy_graph(src: Path, dst: Path) -> list[str]:
+    """Copy an ONNX graph and its external data files to `dst` (a new name), the data files renamed after it
+    (`dst.name + ".data"`) so that several graphs can share one directory; the locations in the copied graph are
+    rewritten (only the small graph protobuf is rewritten, never the weights). Returns the file names written."""
+    import shutil
+
+    import onnx
+
+    src, dst = Path(src), Path(dst)
+    locs = external_data_files(src)
+    if not locs:
+        shutil.copy2(src, dst)
+        return [dst.name]
+    renamed = {loc: f"{dst.name}.data" if len(locs) == 1 else f"{dst.name}.data{i}" for i, loc in enumerate(locs)}
+    for loc, new in renamed.items():
+        if Path(loc).is_absolute() or ".." in Path(loc).parts:
+            raise IntegrityError(f"{src}: external data location {loc!r} escapes the graph's directory", "re-export the graph")
+        shutil.copy2(src.parent / loc, dst.parent / new)
+    m = onnx.load(str(src), load_external_data=False)
+    for t in m.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = renamed[e.value]
+    onnx.save(m, str(dst))
+    return [dst.name, *renamed.values()]
+
+
 def example_inputs(component: Component):
     import torch
 
@@ -68,7 +109,9 @@ def export_component(step_module, component: Component, out: Path, opset: int = 
             output_names=[s.name for s in component.outputs],
             dynamo=True,
             opset_version=opset,
-            external_data=False,
+            # weights stream to model.onnx.data: an inline save builds the whole protobuf and its serialization in
+            # memory (peak about 3x the weights, bench/README.md) and cannot hold more than 2 GiB at all
+            external_data=True,
             optimize=True,
         )
     import onnx

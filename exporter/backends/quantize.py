@@ -50,7 +50,9 @@ def dynamic_int8(src: Path, dst: Path) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     _quiet()
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True)
+    # an int8 graph of a float graph over 8 GiB would pass protobuf's 2 GiB: its weights go to dst.onnx.data then
+    large = sum(p.stat().st_size for p in Path(src).parent.iterdir() if p.name.startswith(Path(src).name)) > 8 << 30
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large)
     return {"scheme": "ort-dynamic", "weights": "int8 per-channel symmetric", "activations": "uint8 dynamic"}
 
 

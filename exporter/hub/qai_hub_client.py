@@ -92,13 +92,15 @@ class QaiHubClient:
         return [HubDevice(d.name, d.os, tuple(d.attributes if isinstance(d.attributes, list) else [d.attributes])) for d in found]
 
     def upload_model(self, path: Path, name: str) -> str:
-        """An EPContext ONNX travels as an ``.onnx`` directory with the context binaries it references."""
+        """An ONNX graph with files beside it (an EPContext graph's context binaries, external weights) travels as an
+        ``.onnx`` directory holding them."""
         import shutil
         import tempfile
 
         path = Path(path)
         if path.suffix == ".onnx":
-            bins = sorted(path.parent.glob(f"{path.stem}*.bin"))
+            # context binaries, or the external weights file of a float or QDQ graph (named after it in a bundle)
+            bins = sorted(path.parent.glob(f"{path.stem}*.bin")) + sorted(path.parent.glob(f"{path.name}.data*"))
             if bins:
                 tmp = Path(tempfile.mkdtemp(prefix="edge-export-hub-")) / f"{path.stem}.onnx"
                 tmp.mkdir()

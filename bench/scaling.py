@@ -1,0 +1,220 @@
+"""Scaling: wall time and peak RSS of every pipeline stage against checkpoint size.
+
+    python bench/scaling.py WORK [--sizes 0.1b,0.5b] [--precision fp32] [--json OUT.json]
+
+For each size, a seeded Qwen3ForCausalLM checkpoint (tiny-lm's architecture, real tensor names; tiny-lm's buckets:
+prefill AR-32 and decode AR-1 over 256 KV slots) is written under WORK/ckpt-SIZE (kept out of git; reused when
+present), pinned by its digests, and built for the cpu target in a fresh WORK/out-SIZE with the real pipeline
+(`exporter.pipeline.build_one`). A sampler thread reads this process's VmRSS every 20 ms and charges it to the
+stage running (the Reporter's stage events); the memory probe's own child process is not in these figures.
+
+After the build: the gate's full check of the bundle (signature + file table, as `verify.gate.check_bundle` does
+it now, and as it did before the table reused the signature's digests: a second read of every byte), a release
+audit, and a cache-hit rerun (bundle removed, WORK/out-SIZE/.cache kept) against the first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SIZES = {
+    # name -> (hidden, layers, intermediate, heads, kv heads, vocab); parameters printed by the run
+    "0.1b": (768, 12, 2048, 12, 4, 32000),
+    "0.5b": (1280, 24, 3456, 16, 4, 32000),
+    "1.5b": (2048, 28, 5632, 16, 8, 32000),
+}
+
+
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Sampler:
+    """Per-stage peak RSS and wall time, from the pipeline's Reporter stage events."""
+
+    def __init__(self):
+        self.stack: list[str] = []
+        self.peak: dict[str, int] = {}
+        self.wall: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.02):
+            self._charge(_rss())
+
+    def _charge(self, rss: int):
+        name = self.stack[-1] if self.stack else "outside"
+        self.peak[name] = max(self.peak.get(name, 0), rss)
+
+    def start(self):
+        self._t.start()
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+
+    def reporter(self):
+        from exporter.pipeline import Reporter
+
+        sampler = self
+
+        class R(Reporter):
+            @contextlib.contextmanager
+            def stage(self, name: str, detail: str = ""):
+                sampler.stack.append(name)
+                sampler._charge(_rss())
+                t = time.perf_counter()
+                try:
+                    yield
+                finally:
+                    sampler._charge(_rss())
+                    sampler.wall[name] = sampler.wall.get(name, 0.0) + time.perf_counter() - t
+                    sampler.stack.pop()
+
+        return R()
+
+
+def config_for(size: str) -> dict:
+    from recipes.tiny_lm import CONFIG
+
+    hidden, layers, inter, heads, kv, vocab = SIZES[size]
+    return {**CONFIG, "hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": inter, "num_attention_heads": heads,
+            "num_key_value_heads": kv, "head_dim": hidden // heads, "vocab_size": vocab, "tie_word_embeddings": False}
+
+
+def recipe_for(size: str, ckpt: Path):
+    """tiny-lm's recipe at another size: same buckets, thresholds and code path, pinned to the written files."""
+    from exporter.hashing import sha256_file
+    from recipes.base import CheckpointPin
+    from recipes.cost import CostModel, decoder_graphs, kv_state
+    from recipes.lm import lm_components, lm_state_layout
+    from recipes.shapes import qwen3_tensor_shapes
+    from recipes.tiny_lm import CONTEXT, DECODE, PREFILL, RECIPE
+
+    cfg = config_for(size)
+    pin = CheckpointPin(source=f"local:{ckpt}", revision=f"bench-{size}",
+                        files={n: sha256_file(ckpt / n) for n in ("config.json", "model.safetensors")})
+    cost = CostModel(graphs=decoder_graphs(qwen3_tensor_shapes(cfg), cfg, [("prefill", PREFILL), ("decode", DECODE)], f"bench-{size}"),
+                     states=(kv_state("kv", cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"], dtype_bytes=4),),
+                     source="exact: recipes/shapes.py qwen3_tensor_shapes", language_weight_sets=(f"bench-{size}",))
+    return replace(RECIPE, name=f"bench-qwen3-{size}", description=f"bench: Qwen3 {size}", pin=pin, model_config=cfg,
+                   components=lm_components(cfg, [("prefill", PREFILL), ("decode", DECODE)]), state_layout=lm_state_layout(cfg, CONTEXT),
+                   cost=cost, synthesize=None)
+
+
+def write_checkpoint(size: str, ckpt: Path) -> int:
+    from recipes.shapes import qwen3_tensor_shapes
+    from recipes.tiny_lm import synthesize
+
+    cfg = config_for(size)
+    if not (ckpt / "model.safetensors").is_file():
+        synthesize(ckpt, cfg, seed=7)
+    import math
+
+    return sum(math.prod(s) for s in qwen3_tensor_shapes(cfg).values())
+
+
+def _timed(fn):
+    t = time.perf_counter()
+    v = fn()
+    return v, round(time.perf_counter() - t, 3)
+
+
+def _after_build(bundle: Path, public_key: Path) -> dict:
+    from manifests import manifest as mf
+    from manifests.audit import Policy, audit_bundle
+    from manifests.signing import verify_bundle
+
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    data = mf.load(bundle)
+    _, before = _timed(lambda: (verify_bundle(bundle, public_key), mf.file_findings(bundle, data)))  # the table rehashed every file
+    # now: verify.gate.check_bundle's integrity part (it then also refuses a bundle whose parity failed)
+    _, now = _timed(lambda: mf.file_findings(bundle, data, verify_bundle(bundle, public_key)))
+    audit, audit_s = _timed(lambda: audit_bundle(bundle, public_key, Policy()))
+    gib = size / (1 << 30)
+    return {"bundle_bytes": size,
+            "gate_check_s": {"before (table rehashed)": before, "now (signed digests)": now, "now_s_per_gib": round(now / gib, 3)},
+            "audit": {"wall_s": audit_s, "s_per_gib": round(audit_s / gib, 3), "ok": audit.ok, "failing": [c.id for c in audit.failing()]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--sizes", default="0.1b,0.5b")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+
+    import onnxruntime  # noqa: F401  (the fixed working set: interpreter and libraries, in the baseline)
+    import torch  # noqa: F401
+
+    from exporter.pipeline import build_one
+    from exporter.targets import get_target
+    from manifests.signing import dev_key
+
+    keys = dev_key(notice=lambda m: None)
+    sizes = a.sizes.split(",")
+    if len(sizes) > 1:  # one fresh process per size: no size's memory in another's figures
+        import subprocess
+        import tempfile
+
+        rows = []
+        for size in sizes:
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                subprocess.run([sys.executable, __file__, str(a.work), "--sizes", size, "--precision", a.precision, "--json", f.name], check=True)
+                rows += json.loads(Path(f.name).read_text())
+        if a.json:
+            a.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return
+    rows = []
+    for size in sizes:
+        ckpt = a.work / f"ckpt-{size}"
+        params = write_checkpoint(size, ckpt)
+        weights = (ckpt / "model.safetensors").stat().st_size
+        out = a.work / f"out-{size}-{a.precision}"
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+        s = Sampler()
+        base = _rss()
+        s.start()
+        t = time.perf_counter()
+        r = build_one(recipe_for(size, ckpt), get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt, reporter=s.reporter())
+        total = time.perf_counter() - t
+        s.stop()
+        top = {k: v for k, v in r.timings.items()}
+        after = _after_build(r.bundle, keys.public)
+        shutil.rmtree(r.bundle)
+        t = time.perf_counter()
+        again = build_one(recipe_for(size, ckpt), get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt)
+        rerun = time.perf_counter() - t
+        rows.append({
+            "size": size, "parameters": params, "weights_bytes": weights, "status": r.status,
+            "parity": {"verdict": r.parity.get("verdict"), "failed": r.parity.get("failed")}, "total_s": round(total, 1),
+            "baseline_rss_bytes": base,
+            "stages": {name: {"wall_s": round(s.wall.get(name, top.get(name, 0.0)), 2), "peak_rss_bytes": s.peak.get(name),
+                              "peak_over_weights": round((s.peak.get(name, 0) - base) / weights, 2) if s.peak.get(name) else None}
+                       for name in sorted(set(s.wall) | set(top))},
+            "bundle_bytes": after.pop("bundle_bytes"), **after,
+            "cache_hit_rerun": {"wall_s": round(rerun, 2), "status": again.status, "hits": again.cache, "over_first_run": round(rerun / total, 3)},
+        })
+        print(json.dumps(rows[-1], indent=1), flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Graphs with external weights: copied into a bundle under their entry's name, the data file renamed with them."""
+
+import numpy as np
+import pytest
+
+from exporter.backends.onnx_export import copy_graph, external_data_files
+from exporter.errors import IntegrityError
+
+
+def _graph(path, location="model.onnx.data"):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8) / 64, "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+
+
+def _run(path):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": np.ones((1, 8), np.float32)})[0]
+
+
+def test_copied_graph_carries_its_weights_under_the_entry_name(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _graph(tmp_path / "a" / "model.onnx")
+    _graph(tmp_path / "b" / "model.onnx")  # two graphs whose data files have the same name
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    assert copy_graph(tmp_path / "a" / "model.onnx", bundle / "prefill.onnx") == ["prefill.onnx", "prefill.onnx.data"]
+    assert copy_graph(tmp_path / "b" / "model.onnx", bundle / "decode.onnx") == ["decode.onnx", "decode.onnx.data"]
+    assert external_data_files(bundle / "decode.onnx") == ["decode.onnx.data"]
+    (tmp_path / "a" / "model.onnx.data").unlink()  # the copy reads nothing from where it came from
+    np.testing.assert_array_equal(_run(bundle / "prefill.onnx"), _run(tmp_path / "b" / "model.onnx"))
+
+
+def test_inline_graph_is_copied_as_is(tmp_path):
+    import onnx
+
+    _graph(tmp_path / "x.onnx")
+    onnx.save(onnx.load(str(tmp_path / "x.onnx")), str(tmp_path / "inline.onnx"))
+    assert copy_graph(tmp_path / "inline.onnx", tmp_path / "copy.onnx") == ["copy.onnx"]
+    assert (tmp_path / "copy.onnx").read_bytes() == (tmp_path / "inline.onnx").read_bytes()
+
+
+def test_data_location_outside_the_graph_directory_is_refused(tmp_path):
+    (tmp_path / "g").mkdir()
+    _graph(tmp_path / "g" / "model.onnx", location="model.onnx.data")
+    import onnx
+
+    m = onnx.load(str(tmp_path / "g" / "model.onnx"), load_external_data=False)
+    for e in m.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = "../secret.data"
+    onnx.save(m, str(tmp_path / "g" / "model.onnx"))
+    with pytest.raises(IntegrityError, match="escapes"):
+        copy_graph(tmp_path / "g" / "model.onnx", tmp_path / "out.onnx")
