@@ -67,6 +67,9 @@ def main() -> None:
     print(text)
     if a.json:
         a.json.write_text(text + "\n")
+    heavy = {name: r["heavy_imports"] for name, r in out.items() if r["heavy_imports"]}
+    if heavy:
+        sys.exit(f"these commands imported heavy modules: {heavy}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 For each size, a seeded Qwen3ForCausalLM checkpoint (tiny-lm's architecture, real tensor names; tiny-lm's buckets:
 prefill AR-32 and decode AR-1 over 256 KV slots) is written under WORK/ckpt-SIZE (kept out of git; reused when
 present), pinned by its digests, and built for the cpu target in a fresh WORK/out-SIZE with the real pipeline
-(`exporter.pipeline.build_one`). A sampler thread reads this process's VmRSS every 20 ms and charges it to the
-stage running (the Reporter's stage events); the memory probe's own child process is not in these figures.
+(`exporter.pipeline.build_one`). A sampler thread reads the VmRSS of this process and of its live children (the
+quantization worker, the memory probe) every 20 ms and charges the sum to the stage running (the Reporter's stage
+events).
 
 After the build: the gate's full check of the bundle (signature + file table, as `verify.gate.check_bundle` does
 it now, and as it did before the table reused the signature's digests: a second read of every byte), a release
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -34,11 +36,35 @@ SIZES = {
 }
 
 
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
+def _rss_of(pid: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # the process ended between listing and reading
+        pass
     return 0
+
+
+def _descendants(pid: str) -> list[str]:
+    out = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            kids = (t / "children").read_text().split()
+        except OSError:
+            continue
+        for k in kids:
+            out += [k, *_descendants(k)]
+    return out
+
+
+def _rss() -> int:
+    """This process's VmRSS plus its live descendants' (the quantization worker, the memory probe)."""
+    return _rss_of("self") + sum(_rss_of(p) for p in _descendants(str(os.getpid())))
 
 
 class Sampler:

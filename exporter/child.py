@@ -1,8 +1,11 @@
 """Run a snippet of Python in a fresh interpreter rooted at the project: for probes whose crash, or whose
-process-wide registrations, must not reach the caller (QNN context loads, ExecuTorch load checks)."""
+process-wide registrations, must not reach the caller (QNN context loads, ExecuTorch load checks), and for
+passes whose memory must go back to the operating system when they end (graph quantization)."""
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,5 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_python(code: str, *args: str, timeout_s: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A killed build takes its workers with it (Linux): no orphan keeps writing into a cache entry."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_python(code: str, *args: str, timeout_s: int | None) -> subprocess.CompletedProcess:
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout_s,
+                          preexec_fn=preexec)
+

@@ -326,11 +326,11 @@ def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path]
             from exporter.backends import quantize as q
 
             if method == "ort-dynamic":
-                return q.dynamic_int8(src, tmp / "model.onnx")
+                return q.in_worker("dynamic_int8", src, tmp / "model.onnx")
             if method == "fp16-convert":
-                return q.fp16_convert(src, tmp / "model.onnx")
+                return q.in_worker("fp16_convert", src, tmp / "model.onnx")
             if method.startswith("nncf-"):
-                return q.nncf_weight_only(src, tmp / "model.onnx", precision)
+                return q.in_worker("nncf_weight_only", src, tmp / "model.onnx", precision)
             if ctx._feeds is None:
                 with ctx.reporter.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples)"):
                     ctx._feeds = ctx.harness.calibration_feeds(ctx, fp32) if ctx.harness else calibration_feeds(ctx, fp32)

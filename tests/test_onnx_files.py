@@ -61,3 +61,33 @@ def test_data_location_outside_the_graph_directory_is_refused(tmp_path):
     onnx.save(m, str(tmp_path / "g" / "model.onnx"))
     with pytest.raises(IntegrityError, match="escapes"):
         copy_graph(tmp_path / "g" / "model.onnx", tmp_path / "out.onnx")
+
+
+def test_worker_quantization_writes_what_the_in_process_pass_writes(tmp_path):
+    """The worker process is a memory boundary, not another quantizer: the same bytes come back."""
+    from exporter.backends import quantize as q
+
+    _graph(tmp_path / "model.onnx")
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    info_here = q.dynamic_int8(tmp_path / "model.onnx", tmp_path / "here" / "model.onnx")
+    info_there = q.in_worker("dynamic_int8", tmp_path / "model.onnx", tmp_path / "there" / "model.onnx")
+    assert info_there == info_here
+    assert (tmp_path / "there" / "model.onnx").read_bytes() == (tmp_path / "here" / "model.onnx").read_bytes()
+    assert "EDGE_EXPORT_RESULT=" in (tmp_path / "there" / "worker.log").read_text()
+
+
+def test_a_failing_worker_names_the_graph_and_the_tool_error(tmp_path):
+    from exporter.backends import quantize as q
+    from exporter.errors import EdgeExportError
+
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"\x08\x07not a protobuf graph")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(EdgeExportError) as e:
+        q.in_worker("dynamic_int8", bad, tmp_path / "out" / "model.onnx")
+    msg = str(e.value)
+    assert str(bad) in msg and "worker process (exit 1)" in msg
+    assert not (tmp_path / "out" / "model.onnx").exists()
+    with pytest.raises(ValueError):
+        q.in_worker("static_w8a16", bad, tmp_path / "out" / "model.onnx")

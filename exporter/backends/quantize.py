@@ -46,6 +46,41 @@ def _quiet():
     logging.getLogger().setLevel(logging.ERROR)
 
 
+# Passes that take only paths run in a worker process (`in_worker`): ORT's dynamic quantizer holds about three
+# copies of the float weights at its peak (its caller's model, a deepcopy it saves, the model it reloads with
+# inferred shapes), and in the build's own process that high-water mark would stay resident through verify.
+WORKER_PASSES = ("dynamic_int8", "fp16_convert", "nncf_weight_only")
+
+_WORKER = """
+import json, sys
+from exporter.backends import quantize as q
+info = getattr(q, sys.argv[1])(*json.loads(sys.argv[2]))
+print("EDGE_EXPORT_RESULT=" + json.dumps(info))
+"""
+
+
+def in_worker(pass_name: str, src: Path, dst: Path, *args: str, timeout_s: int | None = None) -> dict:
+    """Run `pass_name(src, dst, *args)` in a fresh interpreter; its memory returns to the OS when it exits and
+    a crash in the tool cannot take the build with it. What the tool printed is kept beside `dst` (worker.log)."""
+    import json
+
+    from exporter.child import run_python
+    from exporter.errors import EdgeExportError
+
+    if pass_name not in WORKER_PASSES:
+        raise ValueError(f"{pass_name} is not a worker pass ({', '.join(WORKER_PASSES)})")
+    p = run_python(_WORKER, pass_name, json.dumps([str(src), str(dst), *args]), timeout_s=timeout_s)
+    (Path(dst).parent / "worker.log").write_text(p.stdout + p.stderr)
+    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
+    if p.returncode != 0 or line is None:
+        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
+        how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
+        raise EdgeExportError(f"{src}: {pass_name} failed in its worker process ({how}):\n    " + "\n    ".join(tail),
+                              "fix what the tool says above; a worker killed by signal 9 is usually the kernel's out-of-memory "
+                              "killer (free memory, or build a smaller precision or bucket)")
+    return json.loads(line[len("EDGE_EXPORT_RESULT="):])
+
+
 def dynamic_int8(src: Path, dst: Path) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
