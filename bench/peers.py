@@ -79,7 +79,9 @@ src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 inputs = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).get_inputs()
 rng = np.random.default_rng(0)
 def feed():
-    return {i.name: (rng.integers(0, 1000, i.shape).astype(np.int32) if "int" in i.type else rng.standard_normal(i.shape).astype(np.float32))
+    # token ids from the first 1000 of the vocabulary; positions inside the graph's KV window (the rotary table's rows)
+    return {i.name: (rng.integers(0, 200 if "position" in i.name else 1000, i.shape).astype(np.int32) if "int" in i.type
+                     else rng.standard_normal(i.shape).astype(np.float32))
             for i in inputs}
 class Reader(CalibrationDataReader):
     def __init__(self): self.it = iter([feed() for _ in range(n)])
