@@ -25,4 +25,3 @@ def run_python(code: str, *args: str, timeout_s: int | None) -> subprocess.Compl
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout_s,
                           preexec_fn=preexec)
-
