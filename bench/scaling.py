@@ -5,9 +5,9 @@
 For each size, a seeded Qwen3ForCausalLM checkpoint (tiny-lm's architecture, real tensor names; tiny-lm's buckets:
 prefill AR-32 and decode AR-1 over 256 KV slots) is written under WORK/ckpt-SIZE (kept out of git; reused when
 present), pinned by its digests, and built for the cpu target in a fresh WORK/out-SIZE with the real pipeline
-(`exporter.pipeline.build_one`). A sampler thread reads the VmRSS of this process and of its live children (the
-quantization worker, the memory probe) every 20 ms and charges the sum to the stage running (the Reporter's stage
-events).
+(`exporter.pipeline.build_one`). A sampler thread reads the Pss (and Rss) of this process and of its live children
+(the forked exporters, the quantization worker, the memory probe) every 20 ms and charges the sums to the stage
+running (the Reporter's stage events).
 
 After the build: the gate's full check of the bundle (signature + file table, as `verify.gate.check_bundle` does
 it now, and as it did before the table reused the signature's digests: a second read of every byte), a release
@@ -36,14 +36,19 @@ SIZES = {
 }
 
 
-def _rss_of(pid: str) -> int:
+def _mem_of(pid: str) -> tuple[int, int]:
+    """(Rss, Pss) of one process, bytes. Pss charges a page shared by n processes 1/n to each: the sum over the
+    build and its forked exporters counts the weights they all map once, where the sum of Rss counts them n times."""
+    rss = pss = 0
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
     except OSError:  # the process ended between listing and reading
         pass
-    return 0
+    return rss, pss
 
 
 def _descendants(pid: str) -> list[str]:
@@ -63,8 +68,14 @@ def _descendants(pid: str) -> list[str]:
 
 
 def _rss() -> int:
-    """This process's VmRSS plus its live descendants' (the quantization worker, the memory probe)."""
-    return _rss_of("self") + sum(_rss_of(p) for p in _descendants(str(os.getpid())))
+    """Pss of this process plus its live descendants' (forked exporters, the quantization worker, the memory
+    probe); their Rss sum is kept too (`Sampler.peak_rss`)."""
+    return _mem()[1]
+
+
+def _mem() -> tuple[int, int]:
+    pairs = [_mem_of("self"), *(_mem_of(p) for p in _descendants(str(os.getpid())))]
+    return sum(r for r, _ in pairs), sum(p for _, p in pairs)
 
 
 class Sampler:
@@ -72,18 +83,21 @@ class Sampler:
 
     def __init__(self):
         self.stack: list[str] = []
-        self.peak: dict[str, int] = {}
+        self.peak: dict[str, int] = {}  # Pss sum
+        self.peak_rss: dict[str, int] = {}  # Rss sum (counts shared pages once per process)
         self.wall: dict[str, float] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.wait(0.02):
-            self._charge(_rss())
+            self._charge()
 
-    def _charge(self, rss: int):
+    def _charge(self):
+        rss, pss = _mem()
         name = self.stack[-1] if self.stack else "outside"
-        self.peak[name] = max(self.peak.get(name, 0), rss)
+        self.peak[name] = max(self.peak.get(name, 0), pss)
+        self.peak_rss[name] = max(self.peak_rss.get(name, 0), rss)
 
     def start(self):
         self._t.start()
@@ -101,12 +115,12 @@ class Sampler:
             @contextlib.contextmanager
             def stage(self, name: str, detail: str = ""):
                 sampler.stack.append(name)
-                sampler._charge(_rss())
+                sampler._charge()
                 t = time.perf_counter()
                 try:
                     yield
                 finally:
-                    sampler._charge(_rss())
+                    sampler._charge()
                     sampler.wall[name] = sampler.wall.get(name, 0.0) + time.perf_counter() - t
                     sampler.stack.pop()
 
@@ -231,7 +245,8 @@ def main() -> None:
             "size": size, "parameters": params, "weights_bytes": weights, "status": r.status,
             "parity": {"verdict": r.parity.get("verdict"), "failed": r.parity.get("failed")}, "total_s": round(total, 1),
             "baseline_rss_bytes": base,
-            "stages": {name: {"wall_s": round(s.wall.get(name, top.get(name, 0.0)), 2), "peak_rss_bytes": s.peak.get(name),
+            "stages": {name: {"wall_s": round(s.wall.get(name, top.get(name, 0.0)), 2), "peak_pss_bytes": s.peak.get(name),
+                              "peak_rss_sum_bytes": s.peak_rss.get(name),
                               "peak_over_weights": round((s.peak.get(name, 0) - base) / weights, 2) if s.peak.get(name) else None}
                        for name in sorted(set(s.wall) | set(top))},
             "bundle_bytes": after.pop("bundle_bytes"), **after,

@@ -49,6 +49,11 @@ class StageCache:
             return None
         return meta
 
+    def has_entry(self, stage: str, inputs: dict) -> bool:
+        """Whether (stage, inputs) has a published entry (not yet checked against its digests: `run` does that)."""
+        k = self.key(stage, inputs)
+        return (self.root / stage / k[:2] / k / DONE).is_file()
+
     def run(self, stage: str, inputs: dict, build: Callable[[Path], dict | None]) -> StageResult:
         """Return the cached entry for (stage, inputs) or build it into a fresh directory."""
         k = self.key(stage, inputs)

@@ -251,8 +251,8 @@ def stage_export(ctx: Context) -> dict[str, Path]:
         from exporter.backends.ryzenai import RYZENAI_OPSET as opset
     else:
         opset = ctx.harness.opset if ctx.harness else OPSET
-    out = {}
     mcomps = {c["name"]: c for c in ctx.manifest_components()}
+    jobs = []
     for comp in ctx.components:
         inputs = {
             "checkpoint": ctx.ckpt.digest,
@@ -263,11 +263,48 @@ def stage_export(ctx: Context) -> dict[str, Path]:
             "code": code_digest(),
             "opset": opset,
         }
+        jobs.append((comp, inputs, lambda tmp, c=comp: export_component(ctx.step_module(c), c, tmp, opset)))
+    cached = {comp.name: ctx.cache.has_entry("export", inputs) for comp, inputs, _ in jobs}
+    _export_side_by_side(ctx, [j for j in jobs if not cached[j[0].name]])
+    out = {}
+    for comp, inputs, build in jobs:
         with ctx.timed("export", comp.graph_name):
-            r = ctx.cache.run("export", inputs, lambda tmp, c=comp: export_component(ctx.step_module(c), c, tmp, opset))
-        ctx.hits[f"export/{comp.name}"] = r.hit
+            r = ctx.cache.run("export", inputs, build)  # a graph exported side by side is a hit here
+        ctx.hits[f"export/{comp.name}"] = cached[comp.name] and r.hit
         out[comp.name] = r.path / "model.onnx"
     return out
+
+
+def _export_side_by_side(ctx: Context, jobs: list) -> None:
+    """Export the graphs not in the cache in forked copies of this process, one per core (exporter/forked.py), when
+    there are several and memory allows (each copy is budgeted at twice the checkpoint's bytes: the weights it maps
+    and the exporter's working set, bench/README.md). A copy that failed leaves its graph unexported: the caller
+    exports it again in this process and raises what it raises; a copy that was killed is a named error."""
+    from exporter import forked
+
+    weights = sum((ctx.ckpt.directory / n).stat().st_size for n in ctx.ckpt.files if (ctx.ckpt.directory / n).is_file())
+    workers = forked.workers_for(len(jobs), 2 * weights)
+    if workers < 2 or len(jobs) < 2:
+        return
+
+    def child_job(inputs, build):
+        def run():
+            ctx.reporter = Reporter()  # the parent owns the terminal
+            ctx.cache.run("export", inputs, build)
+        return run
+
+    ctx.model()  # loaded (memory-mapped) once, here: the copies share it, and verify uses it after them
+    names = ", ".join(comp.graph_name for comp, _, _ in jobs)
+    with ctx.timed("export", f"{len(jobs)} graphs, {workers} at a time in forked processes: {names}"):
+        outcomes = forked.run_forked([(comp.name, child_job(inputs, build)) for comp, inputs, build in jobs], workers,
+                                     ctx.cache.root / "logs" / "export")
+    for o in outcomes:
+        if o.signal is not None:
+            raise EdgeExportError(f"exporting {o.name} was killed by signal {o.signal} in its forked process (log: {o.log}):\n    {o.tail()}",
+                                  f"signal 9 is usually the out-of-memory killer: free memory, or export one graph at a time "
+                                  f"({forked.WORKERS_ENV}=1)")
+        if o.ok:
+            o.log.unlink(missing_ok=True)
 
 
 def calibration_feeds(ctx: Context, fp32: dict[str, Path], sequences=None, prompts=()) -> dict[str, list[dict]]:

@@ -1,0 +1,100 @@
+"""Graphs exported side by side in forked copies of the build process (exporter/forked.py)."""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from exporter import forked
+from exporter.errors import EdgeExportError
+
+
+def test_outcomes_name_what_happened_to_each_copy(tmp_path):
+    def ok():
+        (tmp_path / "ok.txt").write_text("done")
+
+    def raises():
+        raise RuntimeError("the exporter said no")
+
+    def killed():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    out = forked.run_forked([("ok", ok), ("raises", raises), ("killed", killed)], 2, tmp_path / "logs")
+    assert [o.name for o in out] == ["ok", "raises", "killed"]
+    assert out[0].ok and (tmp_path / "ok.txt").read_text() == "done"
+    assert out[1].exit_code == 1 and out[1].signal is None and "the exporter said no" in out[1].tail()
+    assert out[2].signal == signal.SIGKILL and not out[2].ok
+
+
+def test_workers_setting(monkeypatch):
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")
+    assert forked.workers_for(5, 1) == 1
+    monkeypatch.setenv(forked.WORKERS_ENV, "3")
+    assert forked.workers_for(2, 1) == 2  # never more than the pending graphs
+    monkeypatch.setenv(forked.WORKERS_ENV, "many")
+    with pytest.raises(EdgeExportError, match="EDGE_EXPORT_EXPORT_WORKERS='many' is not a positive integer"):
+        forked.workers_for(2, 1)
+    monkeypatch.delenv(forked.WORKERS_ENV)
+    assert forked.workers_for(8, 1 << 62) == 1  # no host has the memory for that: one at a time
+
+
+def _export(tmp: Path, monkeypatch, workers: str) -> dict[str, bytes]:
+    from exporter import versions
+    from exporter.cache import StageCache
+    from exporter.pipeline import Context, Reporter, stage_export
+    from exporter.plan import make_plan
+    from exporter.resolve import resolve
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    monkeypatch.setenv(forked.WORKERS_ENV, workers)
+    recipe, target = get_recipe("tiny-lm"), get_target("cpu")
+    plan = make_plan(recipe, target, "fp32", None, None, None)
+    ctx = Context(recipe, target, plan, resolve(recipe, tmp), StageCache(tmp), Reporter(), versions.tool_versions())
+    paths = stage_export(ctx)
+    assert not any(ctx.hits.values())
+    stages = []
+
+    class Seen(Reporter):
+        def stage(self, name, detail=""):
+            stages.append(detail)
+            return super().stage(name, detail)
+
+    ctx.reporter = Seen()
+    assert stage_export(ctx) == paths and all(ctx.hits.values())  # the second time, every graph is a cache hit
+    assert not any("forked" in d for d in stages)
+    return {f"{n}/{f.name}": f.read_bytes() for n, p in paths.items() for f in sorted(p.parent.iterdir())}
+
+
+def test_side_by_side_export_writes_the_same_bytes(tmp_path, monkeypatch):
+    one = _export(tmp_path / "one", monkeypatch, "1")
+    two = _export(tmp_path / "two", monkeypatch, "2")
+    assert set(one) == set(two) and len(one) >= 4  # two graphs, each with its external data and _done.json
+    assert one == two
+    assert not list((tmp_path / "two" / "logs" / "export").iterdir())  # a copy's log goes once it succeeded
+
+
+def test_a_killed_copy_is_a_named_error_and_a_failed_one_raises_its_own(tmp_path, monkeypatch):
+    from exporter.backends import onnx_export
+
+    parent = os.getpid()
+
+    def dies(step_module, component, out, opset=18):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("the parent must not export after a copy was killed")
+
+    monkeypatch.setattr(onnx_export, "export_component", dies)
+    with pytest.raises(EdgeExportError, match=r"(?s)exporting (prefill|decode)\w* was killed by signal 9 .*EDGE_EXPORT_EXPORT_WORKERS=1"):
+        _export(tmp_path / "killed", monkeypatch, "2")
+
+    def fails(step_module, component, out, opset=18):
+        raise RuntimeError(f"unsupported operator in {component.name} (pid {os.getpid()})")
+
+    monkeypatch.setattr(onnx_export, "export_component", fails)
+    # the copy's failure is raised again by the parent, which exports the graph itself: the user sees the real error
+    with pytest.raises(RuntimeError, match=rf"unsupported operator in \w+ \(pid {parent}\)"):
+        _export(tmp_path / "fails", monkeypatch, "2")
+    logs = list((tmp_path / "fails" / "logs" / "export").iterdir())
+    assert logs and "unsupported operator" in logs[0].read_text()  # and the copy's traceback stays in its log
