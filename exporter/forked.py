@@ -90,6 +90,11 @@ def _child(fn: Callable[[], None], log: Path) -> None:  # pragma: no cover - run
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if "torch" in sys.modules:
+            # the parent's OpenMP team does not exist in a forked copy: a parallel region would wait for it forever
+            # (libgomp's barrier; seen on the minicpm-o harness). One intra-op thread runs every kernel inline, as
+            # PyTorch's DataLoader does in its forked workers; the exporter is single-threaded Python anyway.
+            sys.modules["torch"].set_num_threads(1)
         fn()
         code = 0
     except BaseException:  # noqa: BLE001 - everything goes to the log; the parent reruns the job to raise it

@@ -98,3 +98,26 @@ def test_a_killed_copy_is_a_named_error_and_a_failed_one_raises_its_own(tmp_path
         _export(tmp_path / "fails", monkeypatch, "2")
     logs = list((tmp_path / "fails" / "logs" / "export").iterdir())
     assert logs and "unsupported operator" in logs[0].read_text()  # and the copy's traceback stays in its log
+
+
+def test_a_copy_of_a_process_that_used_openmp_runs_parallel_kernels(tmp_path):
+    """The parent's OpenMP team is gone in a forked copy; without one intra-op thread there, the copy's first
+    parallel kernel waits on libgomp's barrier forever (it hung the minicpm-o build). Runs in its own interpreter
+    under a timeout, so a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    code = f"""
+import torch
+from pathlib import Path
+from exporter import forked
+torch.set_num_threads(2)
+x = torch.ones(1 << 22)
+x.cos()  # the parent's OpenMP team is now started
+out = forked.run_forked([("cos", lambda: Path({str(tmp_path / 'done')!r}).write_text(str(float(torch.ones(1 << 22).cos().sum()))))],
+                        1, Path({str(tmp_path / 'logs')!r}))
+print(out[0].exit_code, out[0].signal)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["0", "None"] and float((tmp_path / "done").read_text()) > 2e6
