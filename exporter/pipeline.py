@@ -46,7 +46,14 @@ def code_digest() -> str:
 
 
 class Reporter:
-    """Progress sink; the CLI passes a rich-backed one. The default is silent."""
+    """Progress sink; the CLI passes a rich-backed one. The default is silent.
+
+    Stages nest: "load" opens inside whichever stage first needs the torch model (export, or verify on a cache
+    hit), "calibrate" inside "quantize", and verify opens one "verify" per parity stage inside the pipeline's own
+    "verify" (the same name twice on the stack). A consumer that sums stage wall times must count the outermost
+    stage of a name only and remember that an outer stage's wall includes its inner ones (as `Context.timings`
+    and `bench/scaling.py` do); summing every event counts verify about twice.
+    """
 
     @contextlib.contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
