@@ -84,6 +84,9 @@ def probe(spec: dict) -> dict:
     }
 
 
+_PROBE = "import json, sys; from pathlib import Path; from verify.memprobe import probe; print(json.dumps(probe(json.loads(Path(sys.argv[1]).read_text()))))"
+
+
 def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300,
             fmt: str = "onnx", custom_ops: tuple[str, ...] = ()) -> dict:
     """Run the probe in a child process (a clean heap) and return its report; a failure is reported, not raised."""
@@ -101,8 +104,10 @@ def measure(graphs: dict[str, Path], components: list[dict], target: dict, state
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
-    try:
-        p = subprocess.run([sys.executable, "-m", "verify.memprobe", f.name], capture_output=True, text=True, timeout=timeout_s)
+    from exporter.child import run_python
+
+    try:  # a fresh interpreter that dies with the build (a killed build leaves no probe running)
+        p = run_python(_PROBE, f.name, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         return {"method": "failed", "error": f"memory probe exceeded {timeout_s} s"}
     finally:
