@@ -472,6 +472,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
     def build(tmp: Path) -> dict:
         from exporter.backends.executorch_export import PROVIDER as ET_PROVIDER
         from verify.parity import measure_stage, summarize
+        from exporter.heap import release_free_heap
         from verify.reference import LMReference
 
         reference = None if ctx.harness else LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
@@ -488,6 +489,7 @@ def stage_verify(ctx: Context, fp32, quantized, final) -> tuple[dict, dict]:
                 results.append(res)
                 placement = {n: p.to_json() for n, p in pl.items()}
                 del runners  # this stage's sessions (a copy of the weights each) go before the next stage's open
+                release_free_heap()  # and their pages go back to the OS, not only to glibc's free lists
         summary = summarize(results)
         (tmp / "parity.json").write_text(json.dumps({"summary": summary, "placement": placement}, indent=1, sort_keys=True))
         return {}
