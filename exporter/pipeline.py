@@ -37,6 +37,9 @@ class CompileError(EdgeExportError):
     exit_code = 3
 
 
+_RELEASED = object()  # Context._model after release_model: asking for it again is a bug, not a silent reload
+
+
 @lru_cache(maxsize=1)
 def code_digest() -> str:
     """Digest of our own sources: a code change invalidates every cached stage."""
@@ -166,12 +169,25 @@ class Context:
         return {n: self.tools.get(n) for n in names}
 
     def model(self):
+        if self._model is _RELEASED:
+            raise RuntimeError("the torch model was released after verify (Context.release_model); a stage after verify "
+                               "must not need it: compute what it needs before release_model")
         if self._model is None:
             from exporter.backends.onnx_export import load_hf_model
 
             with self.reporter.stage("load", f"{self.recipe.name} from {self.ckpt.directory}"):
                 self._model = self.harness.load(self) if self.harness else load_hf_model(self.ckpt.directory, self.recipe.architecture)
         return self._model
+
+    def release_model(self) -> None:
+        """Drop the torch model and the reference built on it once verify is done: the memory probe and signing do
+        not need it, and it is one whole copy of the weights (bench/README.md: the build's peak through the probe
+        and signing). Its pages go back to the OS with the rest of the freed heap."""
+        from exporter.heap import release_free_heap
+
+        self._model = _RELEASED
+        self.memo.pop("reference", None)
+        release_free_heap()
 
     def step_module(self, component, pooled_mean: bool = False):
         from exporter.models import step_module
@@ -656,6 +672,7 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
         final = stage_compile(ctx, quantized)
         delegated = None
     summary, placement = stage_verify(ctx, fp32, quantized, final)
+    ctx.release_model()
     placement = delegated or placement
     memory = stage_memory(ctx, final)
 
