@@ -91,3 +91,49 @@ def test_a_failing_worker_names_the_graph_and_the_tool_error(tmp_path):
     assert not (tmp_path / "out" / "model.onnx").exists()
     with pytest.raises(ValueError):
         q.in_worker("static_w8a16", bad, tmp_path / "out" / "model.onnx")
+
+
+def _lm_like_graph(path, op="MatMul"):
+    """MatMul (or Gemm) -> Add -> Reshape -> Softmax with no value_info: ORT's shape-inferring reload has work to do."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    shape = numpy_helper.from_array(np.array([1, 4, 8], np.int64), "shape")
+    first = helper.make_node(op, ["x", "w"], ["h"]) if op == "MatMul" else helper.make_node("Gemm", ["x", "w"], ["h"])
+    g = helper.make_graph([first, helper.make_node("Add", ["h", "b"], ["a"]), helper.make_node("Reshape", ["a", "shape"], ["r"]),
+                           helper.make_node("Softmax", ["r"], ["y"], axis=-1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])], [w, b, shape])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=0)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_dynamic_int8_without_the_deepcopy_writes_the_same_bytes(tmp_path, monkeypatch, op):
+    """ORT's dynamic quantizer holds the model it loaded while it deep-copies, saves and reloads it (three copies of
+    the weights); we reload once, early, without the deepcopy. Same bytes as the tool's own path; with a Gemm (which
+    the quantizer rewrites before its reload) the tool's reload runs."""
+    from onnxruntime.quantization import onnx_quantizer
+
+    from exporter.backends import quantize as q
+
+    src = tmp_path / "model.onnx"
+    _lm_like_graph(src, op)
+    (tmp_path / "ort").mkdir()
+    (tmp_path / "ours").mkdir()
+    q.dynamic_int8(src, tmp_path / "ort" / "model.onnx", reload=True)
+    calls = []
+    tool_reload = onnx_quantizer.save_and_reload_model_with_shape_infer
+
+    def spy(model):
+        calls.append(1)
+        return tool_reload(model)
+
+    monkeypatch.setattr(onnx_quantizer, "save_and_reload_model_with_shape_infer", spy)
+    q.dynamic_int8(src, tmp_path / "ours" / "model.onnx")
+    assert (tmp_path / "ours" / "model.onnx").read_bytes() == (tmp_path / "ort" / "model.onnx").read_bytes()
+    assert calls == ([1] if op == "Gemm" else [])  # ours is what ran, not the tool's deepcopy
+    assert onnx_quantizer.save_and_reload_model_with_shape_infer is spy  # and the tool's function is back afterwards
