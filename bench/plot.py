@@ -3,8 +3,9 @@
     python bench/plot.py OUT.svg SCALING.json [SCALING.json ...] [--label NAME ...]
 
 Each JSON file (a list of rows, one per size) is one series set, drawn with its own dash pattern and named by its
---label (default: the file's stem). Left panel: wall seconds of each stage against the checkpoint's GiB. Right panel:
-(peak RSS - baseline) / weights of each stage, with the 1.5 x bound as a line. Plain SVG written by hand (no
+--label (default: the file's stem); files given the same label are merged into one set (sizes run separately).
+Left panel: wall seconds of each stage against the checkpoint's GiB. Right panel: (peak RSS - baseline) / weights
+of each stage, with the 1.5 x bound as a line. Plain SVG written by hand (no
 plotting library is a dependency of this project); the numbers it draws are the JSON's, nothing is smoothed.
 """
 
@@ -96,7 +97,10 @@ def main() -> None:
     ap.add_argument("--label", action="append", default=[])
     a = ap.parse_args()
     labels = a.label + [p.stem for p in a.inputs[len(a.label):]]
-    a.out.write_text(render([(lab, json.loads(p.read_text())) for lab, p in zip(labels, a.inputs)]))
+    sets: dict[str, list[dict]] = {}  # files given the same label are one series set (sizes run separately)
+    for lab, path in zip(labels, a.inputs):
+        sets.setdefault(lab, []).extend(json.loads(path.read_text()))
+    a.out.write_text(render([(lab, sorted(rows, key=lambda r: r["weights_bytes"])) for lab, rows in sets.items()]))
     print(a.out)
 
 
