@@ -38,9 +38,30 @@ FORMAT_OPT = typer.Option(None, "--format", "-f", help="Artifact format (default
 
 
 def _err_console():
+    """Progress, notes and errors: standard error (unwrapped when it is not a terminal, so a log keeps whole lines)."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    tty = sys.stderr.isatty()
+    return Console(stderr=True, width=None if tty else 100_000, soft_wrap=not tty)
+
+
+def _out_console():
+    """A command's result (tables, plans, verdicts): standard output. Piped or redirected, nothing is cut to a
+    terminal's width: the full text of every cell is written (`edge-export recipes | grep spark` finds the row)."""
+    from rich.console import Console
+
+    tty = sys.stdout.isatty()
+    return Console(file=sys.stdout, width=None if tty else 100_000, soft_wrap=not tty)
+
+
+def Table(*headers, **kw):
+    """A rich table whose cells fold long words onto the next line instead of cutting them with an ellipsis."""
+    from rich.table import Table as RichTable
+
+    t = RichTable(**kw)
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    return t
 
 
 def _print_json(obj) -> None:
@@ -79,6 +100,7 @@ def recipe_cmd(
     key: Optional[Path] = typer.Option(None, "--key", help="EC private key (PEM) to sign with; default: a local development key, created on first use."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Use this checkpoint directory instead of the recipe's source (the pin is still checked)."),
     allow_unpinned: bool = typer.Option(False, "--allow-unpinned", help="Build even if checkpoint digests differ from the pin; the manifest records it."),
+    pin: Optional[Path] = typer.Option(None, "--pin", help="A reviewed pin file (`edge-export pin`) the --checkpoint must match file by file; the manifest records its digest."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Stage cache directory (default OUT/.cache)."),
     context: Optional[int] = CONTEXT_OPT,
     ram: Optional[float] = RAM_OPT,
@@ -100,7 +122,7 @@ def recipe_cmd(
 
     reporter = RichReporter(quiet=as_json)
     t = time.perf_counter()
-    results = build(name, target, precision, ram_gib=ram, out_root=out, key=key, checkpoint=checkpoint,
+    results = build(name, target, precision, ram_gib=ram, out_root=out, key=key, checkpoint=checkpoint, pin=pin,
                     allow_unpinned=allow_unpinned, cache_root=cache, reporter=reporter, context=context, fmt=fmt,
                     command=" ".join(["edge-export", *sys.argv[1:]]))
     failed = [r for r in results if r.status in ("parity-failed", "failed")]
@@ -108,7 +130,7 @@ def recipe_cmd(
     if as_json:
         _print_json({"results": [r.to_json() for r in results], "wall_s": round(time.perf_counter() - t, 2)})
     else:
-        con = _err_console()
+        con = _out_console()
         for r in results:
             if r.status == "parity-failed":
                 f = r.parity["first_failure"]
@@ -153,12 +175,12 @@ def verify_cmd(
     if as_json:
         _print_json(info)
     else:
-        _err_console().print(f"[green]✓[/green] {bundle}: signature valid, {info['files']} files match, target {tgt}, parity {p['verdict']}"
+        _out_console().print(f"[green]✓[/green] {bundle}: signature valid, {info['files']} files match, target {tgt}, parity {p['verdict']}"
                              + (" , every component opened on its execution provider" if open_sessions else ""))
         if info["verification"].get("emulated"):
             from rich.markup import escape
 
-            _err_console().print(f"  [yellow]placement unqualified:[/yellow] {escape(info['verification']['note'])}")
+            _out_console().print(f"  [yellow]placement unqualified:[/yellow] {escape(info['verification']['note'])}")
 
 
 @app.command("recipes")
@@ -176,14 +198,13 @@ def recipes_cmd(as_json: bool = JSON_OPT):
     if as_json:
         _print_json(rows)
         return
-    from rich.table import Table
 
     t = Table("recipe", "architecture", "precisions by target / kind", "status", "description")
     for r in rows:
         t.add_row(r["name"], r["architecture"], ", ".join(f"{k} ({'/'.join(v)})" for k, v in r["targets"].items()),
                   "buildable" if r["buildable"] else "buildable with --checkpoint DIR" if r["needs_checkpoint"] else f"plan-only: {r['blocked']}",
                   r["description"] + (f" (groups: {', '.join(r['groups'])})" if r.get("groups") else ""))
-    _err_console().print(t)
+    _out_console().print(t)
 
 
 @targets_app.callback()
@@ -197,7 +218,6 @@ def targets_cmd(ctx: typer.Context, as_json: bool = JSON_OPT):
     if as_json:
         _print_json(rows)
         return
-    from rich.table import Table
 
     t = Table("target", "aliases", "os / abi", "accelerator", "execution provider", "formats", "precisions", "memory GiB")
     for r in rows:
@@ -206,7 +226,7 @@ def targets_cmd(ctx: typer.Context, as_json: bool = JSON_OPT):
         mem = f"{r['ram_bytes'] / 2**30:g} RAM" + (f" + {r['vram_bytes'] / 2**30:g} VRAM" if r["vram_bytes"] else "")
         t.add_row(r["name"], ", ".join(r["aliases"]), f"{r['os']} / {r['abi']}", acc, r["execution_provider"],
                   ", ".join(r["formats"]), ", ".join(r["precisions"]), mem)
-    _err_console().print(t)
+    _out_console().print(t)
 
 
 @targets_app.command("show")
@@ -219,7 +239,6 @@ def targets_show(name: str = typer.Argument(..., help="Target name or alias."), 
         _print_json(data)
         return
     from rich.markup import escape
-    from rich.table import Table
 
     src = data["sources"]
     a = data["accelerator"]
@@ -248,7 +267,7 @@ def targets_show(name: str = typer.Argument(..., help="Target name or alias."), 
     t = Table("field", "value", "source", title=f"target {data['name']} (exporter/data/targets.toml)")
     for f, v, so in rows:
         t.add_row(f, escape(v), escape(so))
-    _err_console().print(t)
+    _out_console().print(t)
 
 
 @app.command("plan")
@@ -294,11 +313,10 @@ def plan_cmd(
 
 def _print_plan(plan) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     from exporter.plan import gib
 
-    con = _err_console()
+    con = _out_console()
     req = plan.requested
     resolved = f" (resolved from {req['target']!r})" if req["target"] != plan.target else ""
     con.print(f"[bold]{plan.recipe}[/bold] on [bold]{plan.target}[/bold]{escape(resolved)}: {plan.precision}, {plan.format}"
@@ -332,7 +350,6 @@ def _print_plan(plan) -> None:
 
 def _print_groups(groups: dict) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     from exporter.plan import gib
 
@@ -344,7 +361,7 @@ def _print_groups(groups: dict) -> None:
         fmt = lambda b: gib(b) if b is not None else "-"
         t.add_row(g["group"], str(len(g["graphs"])), fmt(g["weights_bytes"]), fmt(g["state_bytes"]), fmt(g["required_bytes"]),
                   fmt(g["budget_bytes"]), verdict)
-    con = _err_console()
+    con = _out_console()
     con.print(t)
     for g in groups["groups"]:
         if g["rejection"]:
@@ -429,11 +446,13 @@ def audit_cmd(
     else:
         from rich.markup import escape
 
-        con = _err_console()
+        con = _out_console()
         for a in audits:
             con.print(("[green]✓[/green] " if a.ok else "[red]✗[/red] ") + escape(str(a.path)), highlight=False)
             for c in a.checks:
-                if c.ok:
+                if c.ok and c.finding:
+                    con.print(f"    [yellow]note[/yellow] {c.id}: {escape(c.message)}", highlight=False)
+                elif c.ok:
                     con.print(f"    [green]pass[/green] {c.id}: {escape(c.message)}", highlight=False)
                 else:
                     con.print(f"    [red]FAIL[/red] {c.id}: {escape(c.message)}\n         fix: {escape(c.fix)}", highlight=False)
@@ -497,12 +516,11 @@ def hub_devices_cmd(
     if as_json:
         _print_json({"source": client.source, "simulated": client.simulated, "devices": rows})
         return
-    from rich.table import Table
 
     t = Table("device", "os", "chipset", "hexagon", "soc-model", title=f"{client.source}{' (simulated)' if client.simulated else ''}")
     for r in rows:
         t.add_row(r["name"], r["os"] or "-", str(r["chipset"]), str(r["hexagon"]), str(r["soc_model"]))
-    _err_console().print(t)
+    _out_console().print(t)
 
 
 @hub_app.command("validate")
@@ -541,7 +559,7 @@ def hub_validate_cmd(
         from exporter.hub.records import record_path
 
         label = " (SIMULATED: replayed on the local HTP simulator, not a device)" if record["simulated"] else ""
-        _err_console().print(f"[green]✓[/green] {bundle} validated on {record['device']['name']}{label}: verdict {record['verdict']}; "
+        _out_console().print(f"[green]✓[/green] {bundle} validated on {record['device']['name']}{label}: verdict {record['verdict']}; "
                              f"record {record_path(bundle)}", highlight=False)
 
 
@@ -566,7 +584,55 @@ def synthesize_cmd(
         bad = [f for f, d in r.pin.files.items() if sha256_file(tmp / f) != d]
         if bad:
             raise IntegrityError(f"synthesised {bad} do not match the pin of {name}", "report this: synthesis must be deterministic")
-    _err_console().print(f"wrote {out} ({', '.join(sorted(r.pin.files))}; digests match the pin of {name})")
+    _out_console().print(f"wrote {out} ({', '.join(sorted(r.pin.files))}; digests match the pin of {name})")
+
+
+@app.command("pin")
+def pin_cmd(
+    name: str = typer.Argument(..., help="The recipe the checkpoint is for (spark, minicpm-o, tiny-lm, ...)."),
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="The snapshot directory: config.json and *.safetensors (sharded or not), or a "
+                                    "Hugging Face cache snapshot .../models--ORG--NAME/snapshots/REV/."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="The upstream revision (commit) of a plain directory; read from the path for a cache snapshot."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Pin file to write (default: NAME.pin.json here); never overwritten unless --force."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing pin file."),
+    as_json: bool = JSON_OPT,
+):
+    """Check a checkpoint against a recipe and write a pin file a team can review and commit.
+
+    Checked before anything is loaded: the config against the recipe, every safetensors header, every tensor name and
+    shape against the recipe's layout, the shard index against the shards, no pickle read, no code executed, no
+    symbolic link out of the snapshot. The pin records the source, the revision and the SHA-256 and size of every file
+    the loader reads. Build with it: `edge-export recipe NAME --checkpoint DIR --pin FILE`.
+    Exit 0: written; 2: usage (wrong recipe, config of another family); 5: the checkpoint fails a check.
+    """
+    from exporter.atomic import write_text_atomic
+    from exporter.errors import UsageError
+    from exporter.pins import make_pin
+
+    output = output or Path(f"{name}.pin.json")
+    if output.exists() and not force:
+        raise UsageError(f"{output} exists", "choose another --output, or pass --force to replace it")
+    reporter = RichReporter(quiet=as_json)
+    with reporter.stage("pin", f"{name}: {checkpoint} (headers, layout, SHA-256 of every file read)"):
+        pin = make_pin(name, checkpoint, revision)
+    write_text_atomic(output, json.dumps(pin, indent=2, sort_keys=True) + "\n")
+    from exporter.hashing import sha256_file
+
+    digest = sha256_file(output)
+    if as_json:
+        _print_json({"pin": str(output), "sha256": digest, **pin})
+        return
+    lay = pin["layout"]
+    con = _out_console()
+    con.print(f"wrote {output} (sha256 {digest[:16]}…): {pin['recipe']} from {pin['source']} at {pin['revision']}", highlight=False)
+    con.print(f"  {len(pin['files'])} files read, {sum(f['size'] for f in pin['files'].values()) / 2**30:.2f} GiB; {lay['tensors']} tensors "
+              f"({lay['parameters']:,} parameters, {', '.join(f'{k} {v}' for k, v in lay['dtypes'].items())}) match the layout of {lay['checked_by']}",
+              highlight=False)
+    for e in pin["excluded"]:
+        con.print(f"  not read: {e['file']} ({e['reason']})", highlight=False)
+    for n in pin["notes"]:
+        con.print(f"  note: {n}", highlight=False)
+    con.print(f"  build: edge-export recipe {pin['recipe']} --target T --checkpoint {checkpoint} --pin {output}", highlight=False)
 
 
 @app.command("routes")
@@ -578,23 +644,22 @@ def routes_cmd(as_json: bool = JSON_OPT):
     if as_json:
         _print_json(rows)
         return
-    from rich.table import Table
 
     t = Table("route", "title", "deployments (targets; host)")
     for r in rows:
         t.add_row(r["id"], r["title"], "\n".join(f"{d['name']}: {', '.join(d['targets'])}; host {d['host']}" for d in r["deployments"]))
-    _err_console().print(t)
+    _out_console().print(t)
 
 
 def main() -> None:
     import click
 
     as_json = "--json" in sys.argv
-    if as_json:
-        # native libraries (QNN) print to fd 1; keep stdout for the JSON document alone
-        real = os.dup(1)
-        os.dup2(2, 1)
-        sys.stdout = os.fdopen(real, "w")
+    # native libraries (QNN, ORT, ninja) print to file descriptor 1; stdout carries only the command's result (the
+    # JSON document, a table, a plan), so fd 1 goes to stderr and Python's sys.stdout writes to the original stdout
+    real = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(real, "w")
     try:
         rc = app(standalone_mode=False)
     except EdgeExportError as e:

@@ -363,13 +363,18 @@ CALIBRATION_PROCEDURE = ("per calibration sequence: prefill of the whole sequenc
                          "free-running greedy decode from its first AR tokens to the end of the largest bucket (float graphs)")
 
 
+# float32 graphs: CPU kernels differ between instruction sets only in rounding (tiny-lm prefill logits: max |d| 5.7e-6
+# between the AVX-512 and the AVX2 path of ONNX Runtime 1.32, far inside any fp32 threshold; docs/NOTES.md)
+FLOAT_ISA = {"dependent": False, "why": "float32 kernels differ across instruction sets only in rounding"}
+
+
 def stage_quantize(ctx: Context, fp32: dict[str, Path]) -> tuple[dict[str, Path], dict]:
     from recipes.base import CALIBRATED_METHODS
 
     precision = ctx.plan.precision
     method = PRECISIONS[precision].method_for(ctx.plan.format)
     if method == "float":
-        return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None}
+        return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None, "isa": FLOAT_ISA}
     calibrated = method in CALIBRATED_METHODS
     cal = ctx.calibration() if calibrated else None
     tools = QUANT_TOOLS + (("amd-quark", "torch") if method.startswith("quark-") else ("nncf",) if method.startswith("nncf-") else ())
@@ -599,8 +604,10 @@ def build_one(
     fmt: str | None = None,
     requested_target: str | None = None,
     command: str | None = None,
+    pin_file: dict | None = None,
 ) -> BuildResult:
-    """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded."""
+    """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded. `pin_file`:
+    the record of the reviewed pin file whose digests `recipe.pin` carries."""
     from manifests.records import write_record
 
     reporter = reporter or Reporter()
@@ -622,7 +629,7 @@ def build_one(
         )
     holder: dict = {}
     try:
-        result = _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder)
+        result = _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder, pin_file)
     except Exception as e:
         stage = holder["ctx"].current if "ctx" in holder else "resolve"
         hint = e.hint if isinstance(e, EdgeExportError) else "this is a bug if the inputs are valid: report it with the record"
@@ -641,7 +648,7 @@ def build_one(
     return result
 
 
-def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder) -> BuildResult:
+def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder, pin_file=None) -> BuildResult:
     from manifests import manifest as mf
     from manifests.signing import public_key_fingerprint, resolve_key, sign_bundle
 
@@ -649,7 +656,7 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
     keys = resolve_key(key)
     t0 = time.perf_counter()
     with reporter.stage("resolve", f"{recipe.name} checkpoint ({recipe.pin.source if checkpoint is None else checkpoint})"):
-        ckpt = resolve(recipe, cache_root, checkpoint, allow_unpinned)
+        ckpt = resolve(recipe, cache_root, checkpoint, allow_unpinned, pin_file)
     ctx = Context(recipe, target, plan, ckpt, StageCache(cache_root), reporter, versions.tool_versions())
     holder["ctx"] = ctx
     ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
@@ -661,7 +668,7 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
         ctx.component_extra = {n: {"kernel_libraries": r["kernel_libraries"]} for n, r in lowering.items()}
         fp32 = quantized = final
         scheme = {"precision": plan.precision, "scheme": METHODS[plan.precision], "backend": "XnnpackBackend", "calibration": None,
-                  "programs": lowering}
+                  "programs": lowering, **({"isa": FLOAT_ISA} if plan.precision == "fp32" else {})}
         # placement of a program is its delegation, known from the lowering (the runtime reports none)
         delegated = {n: {"by_provider": {"XnnpackBackend": r["delegation"]["delegated_nodes"], "portable": r["delegation"]["non_delegated_nodes"]},
                          "delegated_share": r["delegation"]["delegated_share"], "not_delegated": r["delegation"]["not_delegated"]}
@@ -767,10 +774,27 @@ def precisions_for(recipe: Recipe, target: Target, precision: str | None, fmt: s
 
 
 def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, fmt: str | None = None,
-          **kw) -> list[BuildResult]:
+          pin: Path | None = None, **kw) -> list[BuildResult]:
+    """`pin`: a reviewed pin file (exporter/pins.py) the checkpoint given as `checkpoint` must match, file by file."""
     recipe = get_recipe(recipe_name)
-    if kw.get("checkpoint") is not None and recipe.variant_for is not None:
-        recipe = recipe.variant_for(read_checkpoint_config(Path(kw["checkpoint"])))
+    pinned = None
+    if pin is not None:
+        from exporter.pins import load_pin
+
+        if kw.get("checkpoint") is None:
+            from exporter.errors import UsageError
+
+            raise UsageError("--pin needs --checkpoint DIR: a pin names the files of one checkpoint directory",
+                             f"pass --checkpoint with the snapshot the pin was made from")
+        pinned = load_pin(Path(pin))
+        if pinned.recipe.split(".")[0] != recipe.name.split(".")[0]:
+            from exporter.errors import UsageError
+
+            raise UsageError(f"pin file {pin} pins a checkpoint for recipe {pinned.recipe}, not {recipe.name}",
+                             f"build recipe {pinned.recipe} with it, or pin the checkpoint for {recipe.name}: edge-export pin {recipe.name} ...")
+        kw["pin_file"] = pinned.record()
+    if kw.get("checkpoint") is not None:
+        recipe = recipe.for_checkpoint(read_checkpoint_config(Path(kw["checkpoint"])), pinned.checkpoint_pin() if pinned else None)
     target = get_target(target_name)
     if ram_gib is not None:
         target = target.with_ram(ram_gib)
@@ -834,11 +858,15 @@ def host_abi() -> tuple[str, str]:
 
 
 def verification_host(target: Target, planned: dict | None = None) -> dict:
-    """Where parity was measured, and whether that counts as on the target itself (`planned`: the plan's verification)."""
+    """Where parity was measured (OS, ABI and the CPU features that select numeric kernels), and whether that counts
+    as on the target itself (`planned`: the plan's verification)."""
+    from exporter.hostcpu import host_cpu
+
     os_name, abi = host_abi()
+    cpu = {"host_cpu": host_cpu(), **({"isa_baseline": target.isa_baseline} if target.isa_baseline else {})}
     if planned and planned.get("emulated"):
         return {"host_os": os_name, "host_abi": abi, "emulated": True, "on_target": False, "provider": planned["provider"],
-                "emulates": planned["emulates"], "placement": "unqualified", "note": planned["note"]}
+                "emulates": planned["emulates"], "placement": "unqualified", "note": planned["note"], **cpu}
     emulated = target.execution_provider == "QNNExecutionProvider" and not abi.endswith("aarch64") and "arm64" not in abi
     return {
         "host_os": os_name,
@@ -846,6 +874,7 @@ def verification_host(target: Target, planned: dict | None = None) -> dict:
         "emulated": emulated,
         "on_target": (not emulated) and abi == target.abi and os_name == target.os,
         "note": "QNN HTP x86 simulator: numerics of the compiled context, not device timing or memory" if emulated else "",
+        **cpu,
     }
 
 
@@ -872,8 +901,13 @@ def context_for_bundle(manifest: dict, checkpoint: Path | None, cache_root: Path
 
     b = manifest["bundle"]
     recipe = get_recipe(b["recipe"])
-    if checkpoint is not None and recipe.variant_for is not None:
-        recipe = recipe.variant_for(read_checkpoint_config(Path(checkpoint)))
+    ck = manifest["checkpoint"]
+    if checkpoint is not None:
+        from recipes.base import CheckpointPin
+
+        # a bundle built against a reviewed pin file is replayed against the digests it recorded
+        pin = CheckpointPin(ck["source"], ck["revision"], dict(ck["files"])) if ck.get("pin_file") else None
+        recipe = recipe.for_checkpoint(read_checkpoint_config(Path(checkpoint)), pin)
     target = get_target(b["target"])
     req = manifest["plan"].get("requested", {})
     plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"])
@@ -882,7 +916,7 @@ def context_for_bundle(manifest: dict, checkpoint: Path | None, cache_root: Path
     if planned != built:
         raise IntegrityError(f"the plan of {b['recipe']}/{b['target']}/{b['precision']} today ({planned}) differs from the bundle's graphs ({built})",
                              "validate with the edge-export version that built the bundle, or rebuild it")
-    ckpt = resolve(recipe, Path(cache_root), checkpoint, allow_unpinned=not manifest["checkpoint"].get("pinned", True))
+    ckpt = resolve(recipe, Path(cache_root), checkpoint, allow_unpinned=not ck.get("pinned", True), pin_file=ck.get("pin_file"))
     if ckpt.files != manifest["checkpoint"]["files"]:
         raise IntegrityError("the checkpoint found for the reference differs from the one the bundle was built from "
                              f"({sorted(ckpt.files.items())} vs {sorted(manifest['checkpoint']['files'].items())})",

@@ -27,6 +27,7 @@ class ResolvedCheckpoint:
     pinned: bool
     mismatches: list[dict] = field(default_factory=list)
     synthetic: bool = False  # the files match a synthesised tiny checkpoint's pin: not the family's real weights
+    pin_file: dict | None = None  # the reviewed pin file the build followed (exporter/pins.py PinFile.record())
 
     @property
     def digest(self) -> str:
@@ -34,6 +35,8 @@ class ResolvedCheckpoint:
 
     def to_json(self) -> dict:
         out = {"source": self.source, "revision": self.revision, "pinned": self.pinned, "files": dict(self.files), "synthetic": self.synthetic}
+        if self.pin_file:
+            out["pin_file"] = dict(self.pin_file)
         if self.mismatches:
             out["pin_mismatches"] = self.mismatches
         return out
@@ -49,12 +52,14 @@ def _synthesized_dir(recipe: Recipe, cache_root: Path) -> Path:
     return d
 
 
-def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, allow_unpinned: bool = False) -> ResolvedCheckpoint:
+def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, allow_unpinned: bool = False,
+            pin_file: dict | None = None) -> ResolvedCheckpoint:
+    """`pin_file`: the record of the reviewed pin file whose digests `recipe.pin` carries (exporter/pins.py)."""
     if checkpoint is not None:
         src_dir = Path(checkpoint)
         if not src_dir.is_dir():
             raise UsageError(f"checkpoint {src_dir} is not a directory", "pass a Hugging Face layout directory (config.json, *.safetensors)")
-        source = f"local:{src_dir.resolve()}"
+        source = recipe.pin.source if pin_file and recipe.pin else f"local:{src_dir.resolve()}"
     elif recipe.pin is not None and recipe.pin.source.startswith("synthesized:"):
         src_dir = _synthesized_dir(recipe, cache_root)
         source = recipe.pin.source
@@ -82,8 +87,9 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
             mismatches.append({"file": name, "expected": expected, "actual": actual})
     if mismatches and not allow_unpinned:
         m = mismatches[0]
+        whose = f"pin file {pin_file['file']}" if pin_file else f"the pin of recipe {recipe.name}"
         raise IntegrityError(
-            f"{src_dir / m['file']}: SHA-256 {m['actual']} does not match the pin {m['expected']} of recipe {recipe.name}"
+            f"{src_dir / m['file']}: SHA-256 {m['actual']} does not match {whose} ({m['expected']})"
             + (f" (and {len(mismatches) - 1} more file(s))" if len(mismatches) > 1 else ""),
             (f"delete {src_dir} to synthesise it again" if checkpoint is None else "use the pinned snapshot")
             + ", or pass --allow-unpinned to build anyway (the manifest then records it and a release audit fails it)",
@@ -98,6 +104,7 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
         pinned=not mismatches,
         mismatches=mismatches,
         synthetic=not mismatches and recipe.pin.source.startswith("synthesized:"),
+        pin_file=pin_file if not mismatches else None,
     )
 
 
@@ -107,6 +114,7 @@ def _view(cache_root: Path, src_dir: Path, measured: dict[str, str]) -> Path:
     if not view.is_dir():
         with staging_dir(view) as tmp:
             for name in measured:
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
                 os.symlink((src_dir / name).resolve(), tmp / name)
     return view
 
@@ -121,7 +129,9 @@ def _resolve_unpinned(recipe: Recipe, src_dir: Path, source: str, cache_root: Pa
     if not allow_unpinned:
         raise IntegrityError(
             f"recipe {recipe.name} has no pin for the checkpoint at {src_dir} (config.json {measured['config.json'][:12]}...)",
-            "pass --allow-unpinned to build it anyway (the manifest records every digest and pinned: false), or add its pin to the recipe",
+            f"pin it after review: `edge-export pin {recipe.name.split('.')[0]} --checkpoint {src_dir} --output PIN.json`, then build with "
+            "--pin PIN.json; or pass --allow-unpinned to build anyway (the manifest records every digest and pinned: false, and a release "
+            "audit fails it)",
         )
     return ResolvedCheckpoint(source=source, revision="unpinned", directory=_view(cache_root, src_dir, measured), files=measured,
                               pinned=False, mismatches=[{"file": n, "expected": None, "actual": d} for n, d in measured.items()])

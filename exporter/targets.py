@@ -65,6 +65,8 @@ class Target:
     requires: tuple[str, ...] = ()  # "module:<python module>" | "provider:<ORT EP name>"
     # the EP that measures parity where this host lacks `execution_provider` (explicit in plan and manifest)
     emulated_by: str | None = None
+    # CPU targets: the ISA level the artifact promises (exporter/hostcpu.py BASELINES); None where no CPU runs it
+    isa_baseline: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -111,6 +113,7 @@ class Target:
             "hub_chipset": self.hub_chipset,
             "requires": list(self.requires),
             "emulated_by": self.emulated_by,
+            "isa_baseline": self.isa_baseline,
             "sources": dict(self.sources),
         }
 
@@ -153,6 +156,7 @@ def _target(d: dict) -> Target:
         hub_chipset=d.get("hub_chipset"),
         requires=tuple(d.get("requires", ())),
         emulated_by=d.get("emulated_by"),
+        isa_baseline=d.get("isa_baseline"),
         sources=dict(d.get("sources", {})),
     )
 
@@ -166,8 +170,13 @@ def all_targets() -> tuple[Target, ...]:
 
 
 def _check_unique(targets: tuple[Target, ...]) -> None:
+    from exporter.hostcpu import BASELINES
+
     seen: dict[str, str] = {}
     for t in targets:
+        if t.isa_baseline is not None and t.isa_baseline not in BASELINES:
+            raise ValueError(f"exporter/data/targets.toml: target {t.name} names unknown isa_baseline {t.isa_baseline!r} "
+                             f"(known: {sorted(BASELINES)})")
         keys = [t.name, *t.aliases] + ([t.family] if t.default_variant and t.family != t.name else [])
         for k in keys:
             if k in seen:

@@ -23,6 +23,10 @@ Checks, by id:
 * ``device-validation`` the AI Hub record beside the bundle, if any, is signed, bound to this build
                  and passed; a simulated (replayed) record is reported as simulator-only and never
                  satisfies ``require_device_validation``.
+* ``host-isa``   CPU targets: the host that measured parity was at the target's ISA baseline, or its
+                 extra features cannot change the verdict (the quantization scheme proves its kernels
+                 ISA-independent); otherwise a *finding* (reported, failing under
+                 ``require_baseline_host``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 from exporter.errors import EdgeExportError, UsageError
 from manifests import manifest as mf
 
-CHECKS = ("manifest", "signature", "files", "pins", "plan", "placement", "parity", "checkpoint", "device-validation")
+CHECKS = ("manifest", "signature", "files", "pins", "plan", "placement", "parity", "checkpoint", "device-validation", "host-isa")
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,10 @@ class Check:
     message: str
     fix: str = ""
     details: tuple = ()  # every individual finding, for machines (and JUnit)
+    finding: bool = False  # passes, but a reader should know (e.g. verified on a host above the target's ISA baseline)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "ok": self.ok, "message": self.message, "fix": self.fix, "details": list(self.details)}
+        return {"id": self.id, "ok": self.ok, "message": self.message, "fix": self.fix, "details": list(self.details), "finding": self.finding}
 
 
 @dataclass(frozen=True)
@@ -80,20 +85,25 @@ class Policy:
     require_published: bool = True
     require_device_validation: bool = False  # a passing, non-simulated AI Hub record beside the bundle
     require_placement: bool = False  # placement measured on the target's own EP (not an emulation on the CPU)
+    require_baseline_host: bool = False  # CPU targets: parity measured at the ISA baseline, or by ISA-independent kernels
     thresholds: dict = field(default_factory=dict)  # precision (or "*") -> metric -> value
     tools: dict = field(default_factory=dict)  # tool -> exact version required (overrides the declared pins)
     signers: tuple[str, ...] = ()  # allowed public-key SHA-256 fingerprints; empty: the key given
+    # SHA-256 digests of the reviewed pin files a checkpoint may be pinned by (a policy file may name the pin files
+    # themselves, relative to it); empty: any pin file (the recipes' own embedded pins are always trusted)
+    trusted_pins: tuple[str, ...] = ()
     source: str = "built-in release policy"
 
     def to_json(self) -> dict:
         return {"name": self.name, "require_pinned_checkpoint": self.require_pinned_checkpoint,
                 "allow_synthetic_checkpoint": self.allow_synthetic_checkpoint, "require_published": self.require_published,
                 "require_device_validation": self.require_device_validation, "require_placement": self.require_placement,
-                "thresholds": self.thresholds, "tools": self.tools, "signers": list(self.signers), "source": self.source}
+                "require_baseline_host": self.require_baseline_host, "thresholds": self.thresholds, "tools": self.tools, "signers": list(self.signers), "trusted_pins": list(self.trusted_pins),
+                "source": self.source}
 
 
 POLICY_KEYS = {"name", "require_pinned_checkpoint", "allow_synthetic_checkpoint", "require_published", "require_device_validation", "require_placement",
-               "thresholds", "tools", "signers"}
+               "require_baseline_host", "thresholds", "tools", "signers", "trusted_pins"}
 
 
 def load_policy(path: Path | None) -> Policy:
@@ -116,7 +126,29 @@ def load_policy(path: Path | None) -> Policy:
         bad = sorted(set(th) - set(METRICS))
         if bad or not all(isinstance(v, (int, float)) for v in th.values()):
             raise UsageError(f"policy file {path}: thresholds.{prec} has unknown metrics {bad} or non-numbers", f"metrics: {list(METRICS)}")
-    return Policy(**{**{k: v for k, v in data.items() if k != "signers"}, "signers": tuple(data.get("signers", ()))}, source=str(path))
+    return Policy(**{**{k: v for k, v in data.items() if k not in ("signers", "trusted_pins")}, "signers": tuple(data.get("signers", ())),
+                     "trusted_pins": _trusted_pins(path, data.get("trusted_pins", ()))}, source=str(path))
+
+
+def _trusted_pins(policy_path: Path, entries) -> tuple[str, ...]:
+    """Each entry a pin file's SHA-256, or the path of a pin file (relative to the policy file) whose digest is taken."""
+    import re
+
+    from exporter.hashing import sha256_file
+
+    if not isinstance(entries, (list, tuple)) or not all(isinstance(e, str) for e in entries):
+        raise UsageError(f"policy file {policy_path}: trusted_pins is not a list of strings", "list pin-file SHA-256 digests or pin file paths")
+    out = []
+    for e in entries:
+        if re.fullmatch(r"[0-9a-f]{64}", e):
+            out.append(e)
+            continue
+        p = (policy_path.parent / e) if not Path(e).is_absolute() else Path(e)
+        if not p.is_file():
+            raise UsageError(f"policy file {policy_path}: trusted pin {e!r} is neither a SHA-256 nor a pin file ({p} does not exist)",
+                             "list pin-file SHA-256 digests or paths of committed pin files")
+        out.append(sha256_file(p))
+    return tuple(out)
 
 
 def declared_pins() -> dict[str, str]:
@@ -344,13 +376,19 @@ def _check_parity(data: dict, full: dict | None, unreadable: EdgeExportError | N
 def _check_checkpoint(data: dict, policy: Policy) -> Check:
     ck = data["checkpoint"]
     found = []
+    pin_file = ck.get("pin_file")
     if policy.require_pinned_checkpoint and not ck.get("pinned"):
         found.append(f"checkpoint {ck.get('source')} did not match its pin (built with --allow-unpinned)")
+    if ck.get("pinned") and pin_file and policy.trusted_pins and pin_file.get("sha256") not in policy.trusted_pins:
+        found.append(f"pinned by {pin_file.get('file')} (sha256 {str(pin_file.get('sha256'))[:16]}…), which is not among the policy's trusted pins")
     if not policy.allow_synthetic_checkpoint and ck.get("synthetic"):
         found.append(f"checkpoint {ck.get('source')} is synthetic (seeded weights), not a released model")
     if found:
-        return Check("checkpoint", False, "; ".join(found), "build from the pinned checkpoint (its digests must match the recipe's pin)", tuple(found))
-    return Check("checkpoint", True, f"pinned ({ck.get('revision')})" + (", synthetic" if ck.get("synthetic") else ""))
+        return Check("checkpoint", False, "; ".join(found),
+                     "pin the checkpoint after review (`edge-export pin RECIPE --checkpoint DIR`), build with --pin, and list the pin file "
+                     "in the policy's trusted_pins", tuple(found))
+    how = f"by pin file {pin_file['file']} (sha256 {pin_file['sha256'][:16]}…)" if pin_file else "by the recipe's own pin"
+    return Check("checkpoint", True, f"pinned {how}: {ck.get('source')} at {ck.get('revision')}" + (", synthetic" if ck.get("synthetic") else ""))
 
 
 def _check_device_validation(bundle: Path, public_key: Path | None, policy: Policy) -> Check:
@@ -379,6 +417,33 @@ def _check_device_validation(bundle: Path, public_key: Path | None, policy: Poli
     return Check("device-validation", True, f"validated on {where} by {rec['source']}, {len(rec['components'])} graphs, {rec['created']}")
 
 
+def _check_host_isa(data: dict, policy: Policy) -> Check:
+    """Whether the verdict could depend on the CPU that measured it (exporter/hostcpu.py)."""
+    from exporter.hostcpu import above_baseline, missing_from_baseline
+
+    base = data["target"].get("isa_baseline")
+    if not base:
+        return Check("host-isa", True, f"{data['target']['name']} declares no CPU ISA baseline (its own accelerator's numerics)")
+    host = (data.get("verification") or {}).get("host_cpu")
+    isa = (data.get("quantization") or {}).get("isa") or {}
+    strict = policy.require_baseline_host
+    fix = (f"rebuild on a {base} host without the extra features, or with a scheme whose kernels are ISA-independent "
+           "(docs/NOTES.md, 'int8 on every host')")
+    if not host or host.get("features") is None:
+        why = "the manifest does not record the CPU that measured parity" if not host else f"the CPU features of the measuring host are unknown ({host.get('source')})"
+        return Check("host-isa", not strict, f"finding: {why}; target {data['target']['name']} promises {base}", fix, finding=True)
+    extra, lacking = above_baseline(host, base), missing_from_baseline(host, base)
+    where = f"{host.get('model') or host.get('arch')} ({host.get('arch')})"
+    if extra == [] and not lacking:
+        return Check("host-isa", True, f"parity measured on {where} at the target's baseline {base}")
+    what = (f"with {', '.join(extra)} beyond {base}" if extra else f"a {host.get('arch')} host for a {base} target" if extra is None
+            else f"lacking {', '.join(lacking)} of {base}")
+    if isa.get("dependent") is False:
+        return Check("host-isa", True, f"parity measured on {where}, {what}; the scheme's kernels are ISA-independent: {isa.get('why')}")
+    return Check("host-isa", not strict, f"finding: parity measured on {where}, {what}, and {data['quantization'].get('scheme')} is not "
+                 f"proven ISA-independent: the verdict may differ on a {base} host", fix, ({"host": host, "baseline": base},), finding=True)
+
+
 def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: dict[str, str] | None = None) -> BundleAudit:
     bundle = Path(bundle)
     try:
@@ -401,6 +466,7 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
         _check_parity(data, full, unreadable, policy),
         _check_checkpoint(data, policy),
         _check_device_validation(bundle, public_key, policy),
+        _check_host_isa(data, policy),
     ]
     return BundleAudit(bundle, tuple(checks), cell, data, full["stages"] if full else None)
 

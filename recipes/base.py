@@ -22,6 +22,17 @@ class CheckpointPin:
 
 
 @dataclass(frozen=True)
+class CheckpointLayout:
+    """What a family's loader reads from a checkpoint, for `edge-export pin` to check before anything loads it:
+    every tensor (upstream name -> shape) it loads, prefixes upstream ships that inference never reads (allowed,
+    not loaded), and prefixes the loader accounts for without checking their shapes yet (named in the pin)."""
+
+    tensors: dict[str, tuple[int, ...]]
+    unused: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     name: str
     dtype: str  # onnx-style element type name: float32, int32, ...
@@ -130,8 +141,11 @@ class Recipe:
     blocked: str | None = None
     blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter"
     synthesize: Callable[[object], None] | None = field(default=None, compare=False)
-    # the recipe for a given checkpoint config (validates the family's structure, picks the pin)
-    variant_for: Callable[[dict], "Recipe"] | None = field(default=None, compare=False)
+    # the recipe for a given checkpoint config and, if given, the reviewed pin of that checkpoint (validates the
+    # family's structure; without a pin, a synthesised twin's own pin or none)
+    variant_for: Callable[..., "Recipe"] | None = field(default=None, compare=False)
+    # the tensors a checkpoint of a given config must hold (edge-export pin checks them); None: no loader yet
+    checkpoint_layout: Callable[[dict], CheckpointLayout] | None = field(default=None, compare=False)
     # components with some graphs cut into layer-range parts: {component name: [(start, end), ...]}
     components_for: Callable[[dict], tuple] | None = field(default=None, compare=False)
     # "module:attr" of the build harness (load, step graphs, data, parity) for a non-LM-only family; None: the LM path
@@ -158,6 +172,36 @@ class Recipe:
             if key in self.precisions:
                 return self.precisions[key]
         return ()
+
+    def for_checkpoint(self, cfg: dict, pin: CheckpointPin | None = None) -> "Recipe":
+        """This recipe for the checkpoint whose config.json is `cfg`, pinned by `pin` when one is given. A config the
+        family cannot read (a key missing, a value of the wrong type) is a usage error naming it, not a traceback."""
+        from dataclasses import replace
+
+        from exporter.errors import UsageError
+
+        if self.variant_for is not None:
+            try:
+                return self.variant_for(cfg, pin)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                what = f"has no {e.args[0]!r}" if isinstance(e, KeyError) else f"cannot be read ({type(e).__name__}: {e})"
+                raise UsageError(f"the checkpoint's config.json {what} for recipe {self.name}",
+                                 f"point --checkpoint at a snapshot of the {self.family} family (config.json and *.safetensors)") from None
+        return replace(self, pin=pin) if pin is not None else self
+
+    def config_problems(self, cfg: dict) -> list[str]:
+        """Why a checkpoint config does not fit this recipe ([] when it does): a family recipe validates it through
+        its variant; a fixed recipe (tiny-lm) requires every key of its model config to equal the checkpoint's."""
+        from exporter.errors import UsageError
+
+        if self.variant_for is not None:
+            try:
+                self.for_checkpoint(cfg)
+            except UsageError as e:
+                return [e.message]
+            return []
+        return [f"{k} is {cfg.get(k)!r}, the recipe has {v!r}" for k, v in self.model_config.items()
+                if k not in ("torch_dtype", "dtype") and cfg.get(k) != v]
 
     def component(self, name: str) -> Component:
         from exporter.errors import UnknownNameError
@@ -233,8 +277,8 @@ PRECISIONS: dict[str, Precision] = {
             "AMD Quark XINT8: power-of-two scales for the NPU's convolution path (Ryzen AI)", 8, 8,
         ),
         Precision(
-            "int8", "int8 per-channel (symmetric)", "uint8 dynamic (per call)", "ort-dynamic",
-            "ONNX Runtime dynamic quantization (MatMulInteger); CPU execution providers", 8, 32,
+            "int8", "uint8 per-channel (asymmetric)", "uint8 dynamic (per call)", "ort-dynamic",
+            "ONNX Runtime dynamic quantization (U8U8 MatMulInteger: exact int32 on every CPU kernel path); CPU execution providers", 8, 32,
         ),
         Precision(
             "int4", "int4 blocks of 128 (symmetric, fp16 scales)", "float (unchanged)", "nncf-int4",

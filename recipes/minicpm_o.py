@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from recipes.amd import AMD_ENCODER_THRESHOLDS, GPU_PRECISIONS
-from recipes.base import Bucket, CheckpointPin, Component, Recipe, TensorSpec, Thresholds
+from recipes.base import Bucket, CheckpointLayout, CheckpointPin, Component, Recipe, TensorSpec, Thresholds
 from recipes.cost import CostModel, GraphCost, GraphGroup, encoder_graph, kv_state
 from recipes.shapes import llama_decoder_tensor_shapes, minicpmo_tensor_shapes, siglip_vision_tensor_shapes, split_by_layer, whisper_encoder_tensor_shapes
 from recipes.split_lm import SplitLM, cost_graphs
@@ -236,7 +236,8 @@ def _group_recipe(cfg: dict, pin: CheckpointPin | None, name: str, group: str, b
     costs = group_costs(cfg)
     common = dict(family="minicpm-o", architecture="MiniCPMO", pin=pin, model_config=cfg, cost=costs[group], blocked=blocked,
                   quant_options=QUANT_OPTIONS,
-                  harness=f"exporter.multimodal:{group.replace('-', '_')}", variant_for=lambda c, g=group, n=name: for_checkpoint(c, n).group_recipes()[g],
+                  harness=f"exporter.multimodal:{group.replace('-', '_')}",
+                  variant_for=lambda c, p=None, g=group, n=name: for_checkpoint(c, n, p).group_recipes()[g], checkpoint_layout=tensor_layout,
                   **({"blocked_fix": blocked_fix} if blocked_fix else {}))
     if group == "vision":
         comp = vision_component(cfg)
@@ -294,7 +295,7 @@ def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | 
         description="MiniCPM-o 4.5: vision slice 448, audio 1 s chunk, Qwen3 LLM, speech decoder (built per group); flow step and vocoder recorded missing",
         architecture="MiniCPMO", pin=pin, model_config=cfg, components=(), precisions={**PRECISIONS_LM}, thresholds={},
         decode_steps=0, state_layout={}, cost=composite_cost(cfg), blocked=blocked, **({"blocked_fix": blocked_fix} if blocked_fix else {}),
-        synthesize=synth, variant_for=lambda c: for_checkpoint(c, name), group_recipes=family.groups,
+        synthesize=synth, variant_for=lambda c, p=None: for_checkpoint(c, name, p), checkpoint_layout=tensor_layout, group_recipes=family.groups,
         group_missing={"flow-vocoder": (FLOW_VOCODER_MISSING, FLOW_VOCODER_FIX)},
     )
 
@@ -335,10 +336,21 @@ TINY_PIN = CheckpointPin(
 )
 
 
-def for_checkpoint(cfg: dict, name: str = "minicpm-o") -> Recipe:
-    """`minicpm-o` for the checkpoint whose config.json is `cfg`: the tiny twin's pin if it is that one, else unpinned."""
-    pin = TINY_PIN if cfg == TINY_CONFIG else None
+def for_checkpoint(cfg: dict, name: str = "minicpm-o", pin: CheckpointPin | None = None) -> Recipe:
+    """`minicpm-o` for the checkpoint whose config.json is `cfg`: pinned by `pin` (a reviewed pin file), else by the tiny
+    twin's pin if it is that one, else unpinned."""
+    pin = pin or (TINY_PIN if cfg == TINY_CONFIG else None)
     return make_recipe(cfg, pin, name)
+
+
+# upstream tensors that inference never reads: the speaker projector and the Llama backbone's own token embedding (the
+# speech decoder embeds audio codes with emb_code instead); allowed, not loaded
+UNUSED = ("tts.projector_spk.", "tts.model.embed_tokens.")
+
+
+def tensor_layout(cfg: dict) -> CheckpointLayout:
+    """Every tensor exporter/models/minicpmo.py loads, by its upstream name."""
+    return CheckpointLayout(minicpmo_tensor_shapes(cfg), unused=UNUSED)
 
 
 RECIPE = make_recipe(REAL_CONFIG, None, "minicpm-o",

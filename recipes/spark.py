@@ -20,7 +20,7 @@ from __future__ import annotations
 
 
 from recipes.amd import AMD_GPU_THRESHOLDS, GPU_PRECISIONS
-from recipes.base import CheckpointPin, Component, Recipe, Thresholds
+from recipes.base import CheckpointLayout, CheckpointPin, Component, Recipe, Thresholds
 from recipes.cost import CostModel, kv_state
 from recipes.shapes import gemma3_text_tensor_shapes, split_by_layer
 from recipes.split_lm import SplitLM, cost_graphs
@@ -189,15 +189,22 @@ def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | 
         **({"blocked_fix": blocked_fix} if blocked_fix else {}),
         synthesize=synth,
         variant_for=for_checkpoint,
+        checkpoint_layout=tensor_layout,
         components_for=lambda splits, cfg=cfg: components(cfg, splits),
         quant_options=QUANT_OPTIONS,
     )
 
 
-def for_checkpoint(cfg: dict) -> Recipe:
-    """`spark` for the checkpoint whose config.json is `cfg`: the tiny twin's pin if it is that one, else unpinned."""
-    pin = TINY_PIN if cfg == TINY_CONFIG else None
+def for_checkpoint(cfg: dict, pin: CheckpointPin | None = None) -> Recipe:
+    """`spark` for the checkpoint whose config.json is `cfg`: pinned by `pin` (a reviewed pin file), else by the tiny
+    twin's pin if it is that one, else unpinned."""
+    pin = pin or (TINY_PIN if cfg == TINY_CONFIG else None)
     return make_recipe(cfg, pin, "spark")
+
+
+def tensor_layout(cfg: dict) -> CheckpointLayout:
+    """A Gemma3ForCausalLM checkpoint as transformers' own class names its tensors."""
+    return CheckpointLayout(gemma3_text_tensor_shapes(cfg))
 
 
 RECIPE = make_recipe(REAL_CONFIG, None, "spark",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from recipes.amd import AMD_GPU_THRESHOLDS, GPU_PRECISIONS, NPU_PRECISIONS
-from recipes.base import Bucket, CheckpointPin, Recipe, Thresholds
+from recipes.base import Bucket, CheckpointLayout, CheckpointPin, Recipe, Thresholds
 from recipes.cost import CostModel, decoder_graphs, kv_state
 from recipes.lm import lm_components, lm_state_layout
 from recipes.shapes import qwen3_tensor_shapes
@@ -105,4 +105,5 @@ RECIPE = Recipe(
         shares_weights=False,
     ),
     synthesize=synthesize,
+    checkpoint_layout=lambda cfg: CheckpointLayout(qwen3_tensor_shapes(cfg)),
 )

@@ -186,4 +186,4 @@ def test_audit_runs_with_the_core_install_only(built, dev_keys):
     bundles = [str(r.bundle) for r in built.values()]
     p = subprocess.run([sys.executable, "-c", code, *bundles, "--public-key", str(dev_keys.public)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert f"{len(bundles)} bundle(s) audited" in " ".join(p.stderr.split())
+    assert f"{len(bundles)} bundle(s) audited" in " ".join(p.stdout.split())

@@ -177,7 +177,7 @@ def test_live_devices_list_the_rb3_chipset():
 def test_cli_validate_with_simulate_says_so(bundle, dev_keys):
     p = subprocess.run([EXE, "hub", "validate", str(bundle), "--simulate", "--samples", "2", "--poll", "0.05"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "SIMULATED" in " ".join(p.stderr.split()) and record_path(bundle).is_file()
+    assert "SIMULATED" in " ".join(p.stdout.split()) and record_path(bundle).is_file()
     p = subprocess.run([EXE, "hub", "devices", "--simulate", "--chipset", "qualcomm-qcs6490", "--json"], capture_output=True, text=True)
     out = json.loads(p.stdout)
     assert out["simulated"] and [d["hexagon"] for d in out["devices"]] == ["v68"]

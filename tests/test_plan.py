@@ -245,5 +245,5 @@ def test_plan_cli_shows_the_groups_with_their_arithmetic():
     assert p.returncode == 4 and out["rejection"]["code"] == "capacity"  # the whole recipe does not fit
     assert [g["group"] for g in out["groups"]] == ["vision", "audio", "language", "speech-decoder", "flow-vocoder"]
     p = subprocess.run([exe, "plan", "minicpm-o", "-t", "qcs6490", "-p", "w8a16"], capture_output=True, text=True)
-    text = " ".join(p.stderr.split())
+    text = " ".join(p.stdout.split())  # the plan is the command's result: stdout
     assert "rejected [capacity]" in text and "admitted groups together (vision, audio, speech-decoder, flow-vocoder)" in text

@@ -141,17 +141,95 @@ def _without_extra_copies():
         qmod.load_model_with_shape_infer, onnx_quantizer.save_and_reload_model_with_shape_infer = tool_load, tool_reload
 
 
+# ORT dynamic int8 for CPU targets: uint8 weights (per output channel, asymmetric) so every integer product is U8U8,
+# which MLAS computes in exact int32 on every kernel path (x86: SSE2, AVX2 and AVX-512 vpmaddwd on zero-extended
+# words, AVX-VNNI-INT8 vpdpbuud; arm64: NEON, dotprod, i8mm). int8 weights (U8S8) run vpmaddubsw on AVX2 and on
+# AVX-512 without VNNI, whose 16-bit pair sums saturate: the same graph gave prefill logits cosine 0.9896 there
+# against 0.9996 on a VNNI host (docs/NOTES.md, "int8 on every host").
+DYNAMIC_INT8 = {"weight_type": "QUInt8", "per_channel": True, "reduce_range": False}
+
+
 def dynamic_int8(src: Path, dst: Path, reload: bool = False) -> dict:
-    """ORT dynamic int8 (per-channel symmetric weights). `reload=True` keeps ORT's own deepcopy-and-reload (tests
-    compare the two)."""
+    """ORT dynamic int8 (uint8 per-channel asymmetric weights, uint8 dynamic activations), then the integer-kernel
+    guard: every integer product must be exact on every CPU kernel path. `reload=True` keeps ORT's own
+    deepcopy-and-reload (tests compare the two)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     _quiet()
     # an int8 graph of a float graph over 8 GiB would pass protobuf's 2 GiB: its weights go to dst.onnx.data then
     large = sum(p.stat().st_size for p in Path(src).parent.iterdir() if p.name.startswith(Path(src).name)) > 8 << 30
     with contextlib.nullcontext() if reload else _without_extra_copies():
-        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large)
-    return {"scheme": "ort-dynamic", "weights": "int8 per-channel symmetric", "activations": "uint8 dynamic"}
+        quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, DYNAMIC_INT8["weight_type"]),
+                         per_channel=DYNAMIC_INT8["per_channel"], reduce_range=DYNAMIC_INT8["reduce_range"],
+                         use_external_data_format=large)
+    kernels = integer_kernel_report(dst)
+    if not kernels["exact_on_every_path"]:
+        from exporter.errors import EdgeExportError
+
+        bad = kernels["saturating"][:5]
+        raise EdgeExportError(f"{dst}: {len(kernels['saturating'])} integer products may saturate on CPUs without VNNI "
+                              f"(vpmaddubsw 16-bit pair sums), e.g. {bad}: the verdict would depend on the build host",
+                              "quantize those weights as uint8 (U8U8) or with reduce_range; see docs/NOTES.md, 'int8 on every host'")
+    return {"scheme": "ort-dynamic", "weights": "uint8 per-channel asymmetric", "activations": "uint8 dynamic",
+            "options": dict(DYNAMIC_INT8), "integer_kernels": kernels,
+            "isa": {"dependent": False,
+                    "why": "every integer product is U8U8 or provably saturation-free U8S8: exact int32 on every MLAS path "
+                           "(SSE2/AVX2/AVX-512/AVX-VNNI-INT8, NEON/dotprod/i8mm); float ops differ only in rounding"}}
+
+
+# integer matrix products and the input index of their constant right-hand side
+_INTEGER_PRODUCTS = {"MatMulInteger": 1, "ConvInteger": 1, "DynamicQuantizeMatMul": 1, "QLinearMatMul": 3, "QLinearConv": 3}
+_VPMADDUBSW_LIMIT = 32767  # int16 saturation of a pair sum u8*s8 + u8*s8
+
+
+def saturating_pairs(b, k_axis: int = 0) -> int:
+    """Pairs of consecutive reduction rows of an int8 weight (as MLAS packs them for vpmaddubsw) whose worst-case
+    sum with uint8 activations, 255 * (|b0| + |b1|) with equal signs, exceeds int16: the count that may saturate."""
+    import numpy as np
+
+    w = np.moveaxis(np.asarray(b, dtype=np.int32), k_axis, 0)
+    w = w.reshape(w.shape[0], -1)
+    if w.shape[0] % 2:
+        w = np.concatenate([w, np.zeros((1, w.shape[1]), np.int32)])
+    b0, b1 = w[0::2], w[1::2]
+    same = np.sign(b0) == np.sign(b1)
+    return int(np.count_nonzero(same & (255 * (np.abs(b0) + np.abs(b1)) > _VPMADDUBSW_LIMIT)))
+
+
+def integer_kernel_report(path: Path) -> dict:
+    """Every integer matrix product of a quantized graph, the type of its constant operand, and whether its result
+    is the same on every CPU kernel path (uint8 operands, or int8 ones no pair of which can saturate vpmaddubsw)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path), load_external_data=True)
+    inits = {i.name: i for i in model.graph.initializer}
+    types: dict[str, int] = {}
+    saturating = []
+    count = 0
+    produced_by = {o: n.op_type for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        idx = _INTEGER_PRODUCTS.get(node.op_type)
+        if idx is None or len(node.input) <= idx:
+            continue
+        count += 1
+        init = inits.get(node.input[idx])
+        if init is None:  # a product of two activations: exact when both are quantized per call to uint8
+            kind = "uint8 (dynamic)" if produced_by.get(node.input[idx]) == "DynamicQuantizeLinear" else "activation of unknown type"
+            types[kind] = types.get(kind, 0) + 1
+            if kind != "uint8 (dynamic)":
+                saturating.append(f"{node.name or node.op_type}:{node.input[idx]} (operand type not provable)")
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name
+        types[dtype] = types.get(dtype, 0) + 1
+        if np.dtype(dtype) == np.int8:
+            k_axis = 1 if node.op_type in ("ConvInteger", "QLinearConv") else 0
+            n = saturating_pairs(numpy_helper.to_array(init), k_axis)
+            if n:
+                saturating.append(f"{node.name or node.op_type}:{init.name} ({n} pairs)")
+    return {"products": count, "weight_types": dict(sorted(types.items())), "saturating": saturating,
+            "exact_on_every_path": not saturating}
 
 
 def _matmul_weight_overrides(src: Path) -> dict:

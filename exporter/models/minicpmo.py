@@ -28,9 +28,7 @@ from torch import nn
 from exporter.errors import IntegrityError
 
 PARTS = {"vision": ("vpm.", "resampler."), "audio": ("apm.", "audio_projection_layer."), "language": ("llm.",), "speech": ("tts.",)}
-# upstream tensors that inference never reads: the speaker projector and the Llama backbone's own token
-# embedding (the speech decoder embeds audio codes with emb_code instead); allowed, not loaded
-UNUSED = ("tts.projector_spk.", "tts.model.embed_tokens.")
+from recipes.minicpm_o import UNUSED  # upstream tensors inference never reads: allowed, not loaded
 
 
 def checkpoint_files(directory: Path) -> dict[str, str]:
