@@ -193,7 +193,7 @@ def recipes_cmd(as_json: bool = JSON_OPT):
         r = get_recipe(n)
         rows.append({"name": n, "family": r.family, "architecture": r.architecture, "targets": {t: list(p) for t, p in r.precisions.items()},
                      "description": r.description, "buildable": r.blocked is None, "blocked": r.blocked,
-                     "needs_checkpoint": r.blocked is not None and r.variant_for is not None,
+                     "needs_checkpoint": r.blocked is not None and r.has_exporter, "pinnable": r.checkpoint_layout is not None,
                      **({"groups": [f"{n}.{g}" for g, x in r.group_recipes().items() if x is not None]} if r.group_recipes else {})})
     if as_json:
         _print_json(rows)

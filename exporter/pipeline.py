@@ -613,7 +613,9 @@ def build_one(
     reporter = reporter or Reporter()
     out_root = Path(out_root)
     plan = make_plan(recipe, target, precision, context, fmt, requested_target)
-    rec = dict(plan=plan.to_json(), command=command, variant=bundle_variant(plan, target))
+    twin = bool(recipe.pin and recipe.pin.source.startswith("synthesized:"))
+    rec = dict(plan=plan.to_json(), command=command, variant=bundle_variant(plan, target),
+               checkpoint={"twin": twin, "pinned": None, "source": recipe.pin.source if recipe.pin else None})
     if not plan.admitted:
         r = plan.rejection
         path = write_record(out_root, recipe.name, target.name, plan.precision, "rejected", code=r.code, reason=r.reason, fix=r.fix, stage="plan", **rec)
@@ -631,11 +633,17 @@ def build_one(
     try:
         result = _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, holder, pin_file)
     except Exception as e:
+        if "ctx" in holder:
+            ck = holder["ctx"].ckpt
+            rec["checkpoint"] = {"twin": ck.synthetic, "pinned": ck.pinned, "source": ck.source, "revision": ck.revision}
         stage = holder["ctx"].current if "ctx" in holder else "resolve"
         hint = e.hint if isinstance(e, EdgeExportError) else "this is a bug if the inputs are valid: report it with the record"
         write_record(out_root, recipe.name, target.name, plan.precision, "failed", code=type(e).__name__, stage=stage,
                      reason=str(getattr(e, "message", e)).splitlines()[0][:2000], fix=hint, **rec)
         raise
+    ck = holder["ctx"].ckpt if "ctx" in holder else None
+    if ck is not None:
+        rec["checkpoint"] = {"twin": ck.synthetic, "pinned": ck.pinned, "source": ck.source, "revision": ck.revision}
     if result.status == "parity-failed":
         f = result.parity["first_failure"]
         write_record(out_root, recipe.name, target.name, plan.precision, "failed", code="parity", stage=f"verify:{f['stage']}",
@@ -787,7 +795,9 @@ def build(recipe_name: str, target_name: str, precision: str | None = None, ram_
             raise UsageError("--pin needs --checkpoint DIR: a pin names the files of one checkpoint directory",
                              f"pass --checkpoint with the snapshot the pin was made from")
         pinned = load_pin(Path(pin))
-        if pinned.recipe.split(".")[0] != recipe.name.split(".")[0]:
+        from recipes import base_recipe
+
+        if base_recipe(pinned.recipe) != base_recipe(recipe.name):
             from exporter.errors import UsageError
 
             raise UsageError(f"pin file {pin} pins a checkpoint for recipe {pinned.recipe}, not {recipe.name}",

@@ -41,7 +41,10 @@ def write_record(
     command: str | None = None,
     bundle: str | None = None,
     variant: str | None = None,
+    checkpoint: dict | None = None,
 ) -> Path:
+    """`checkpoint`: what the attempt built from, where known: {"twin": a family's synthetic tiny checkpoint, "pinned",
+    "source", "revision"}; the matrix counts twin attempts as toolchain readiness, the others as the family's own."""
     from exporter.atomic import write_text_atomic
 
     if status not in STATUSES:
@@ -62,6 +65,7 @@ def write_record(
         "bundle": bundle,
         "command": command,
         "plan": plan,
+        "checkpoint": checkpoint,
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     write_text_atomic(path, json.dumps(rec, indent=2, sort_keys=True) + "\n")

@@ -25,6 +25,16 @@ FAMILIES = ("spark", "qwen3-tts", "minicpm-o", "internvla-a1", "qwen3.8-27b")
 DEFAULT_RECIPE = "tiny-lm"
 
 
+def base_recipe(name: str) -> str:
+    """The registered recipe a name belongs to: itself, or for FAMILY.GROUP (minicpm-o.vision) the family; a dot inside
+    a registered name (qwen3.8-27b) is not a group separator."""
+    key = name.strip().lower()
+    if key in REGISTRY:
+        return key
+    base, dot, _ = key.rpartition(".")
+    return base if dot and base in REGISTRY else key
+
+
 def recipe_names() -> list[str]:
     return sorted(REGISTRY)
 

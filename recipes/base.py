@@ -137,8 +137,9 @@ class Recipe:
     decode_steps: int
     state_layout: dict
     cost: "CostModel"
-    # why this recipe cannot be built yet (a plan-only family); None when it builds
+    # why this recipe cannot be built as it stands (a plan-only family, or a family that needs --checkpoint); None when it builds
     blocked: str | None = None
+    has_exporter: bool = True  # False for a plan-only family: no loader and step graphs yet, whatever checkpoint is given
     blocked_fix: str = "the recipe's issue adds its checkpoint pin and exporter"
     synthesize: Callable[[object], None] | None = field(default=None, compare=False)
     # the recipe for a given checkpoint config and, if given, the reviewed pin of that checkpoint (validates the
@@ -307,10 +308,14 @@ PRECISIONS: dict[str, Precision] = {
 
 
 def plan_only(name: str, family: str, description: str, architecture: str, config: dict,
-              precisions: dict[str, tuple[str, ...]], cost: "CostModel", blocked: str) -> Recipe:
-    """A family recipe that can be planned (capacity, parts, precision) but not built yet."""
+              precisions: dict[str, tuple[str, ...]], cost: "CostModel", blocked: str, blocked_fix: str | None = None,
+              variant_for: Callable[..., "Recipe"] | None = None,
+              checkpoint_layout: Callable[[dict], CheckpointLayout] | None = None) -> Recipe:
+    """A family recipe that can be planned (capacity, parts, precision) but not built yet. It may already check and pin a
+    checkpoint (`variant_for`, `checkpoint_layout`) so a team can pin its snapshot before the exporter lands."""
     return Recipe(
         name=name, family=family, description=description, architecture=architecture, pin=None,
         model_config=config, components=(), precisions=precisions, thresholds={}, decode_steps=0,
-        state_layout={}, cost=cost, blocked=blocked,
+        state_layout={}, cost=cost, blocked=blocked, has_exporter=False, variant_for=variant_for, checkpoint_layout=checkpoint_layout,
+        **({"blocked_fix": blocked_fix} if blocked_fix else {}),
     )

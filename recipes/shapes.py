@@ -101,6 +101,34 @@ def qwen3_5_text_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def qwen3_5_vision_tensor_shapes(vc: dict, prefix: str = "model.visual.") -> dict[str, tuple[int, ...]]:
+    """Qwen3_5VisionModel (transformers 5.24 names): Conv3d patch embedding, learned positions, pre-norm blocks with
+    fused qkv, and the 2x2 patch merger into the language model's width."""
+    h, f, d = vc["hidden_size"], vc["intermediate_size"], vc["depth"]
+    ps, tp, m = vc["patch_size"], vc.get("temporal_patch_size", 2), vc.get("spatial_merge_size", 2)
+    shapes: dict[str, tuple[int, ...]] = {
+        prefix + "patch_embed.proj.weight": (h, vc.get("in_channels", 3), tp, ps, ps), prefix + "patch_embed.proj.bias": (h,),
+        prefix + "pos_embed.weight": (vc["num_position_embeddings"], h),
+    }
+    for n in range(d):
+        b = f"{prefix}blocks.{n}."
+        shapes |= _layer_norm(b + "norm1", h) | _layer_norm(b + "norm2", h)
+        shapes |= _linear(b + "attn.qkv", 3 * h, h) | _linear(b + "attn.proj", h, h)
+        shapes |= _linear(b + "mlp.linear_fc1", f, h) | _linear(b + "mlp.linear_fc2", h, f)
+    merged = h * m * m
+    shapes |= _layer_norm(prefix + "merger.norm", h)
+    shapes |= _linear(prefix + "merger.linear_fc1", merged, merged) | _linear(prefix + "merger.linear_fc2", vc["out_hidden_size"], merged)
+    return shapes
+
+
+def qwen3_5_vlm_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Qwen3_5ForConditionalGeneration as its checkpoints name tensors: the text model under model.language_model., the
+    untied lm_head, the vision tower under model.visual. (`cfg`: the checkpoint's config.json, text_config + vision_config)."""
+    text = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
+            for k, v in qwen3_5_text_tensor_shapes(cfg["text_config"]).items()}
+    return text | qwen3_5_vision_tensor_shapes(cfg["vision_config"])
+
+
 def split_by_layer(shapes: dict[str, tuple[int, ...]]) -> tuple[int, tuple[int, ...], int]:
     """(parameters before the layer stack, per-layer parameters, parameters after it).
 

@@ -12,25 +12,45 @@ from manifests.signing import sign_bundle
 from verify.matrix import _target_status, build_matrix, render_html, render_markdown
 
 
-def test_sixty_cells_and_a_recorded_rejection(tmp_path):
+def _cell(m, fam, route):
+    return next(c for c in m["cells"] if (c["family"], c["route"]) == (fam, route))
+
+
+def test_sixty_cells_show_what_the_real_size_plans_know_before_any_record(tmp_path):
     m = build_matrix(tmp_path, None)
     assert len(m["cells"]) == 60 and sum(m["counts"].values()) == 60
-    # no family has an export path yet: every cell says so, none claims anything else
-    assert m["counts"]["missing-prerequisite"] == 60
     assert all(c["performance"] == "not measured" for c in m["cells"])
+    assert all({"plan", "toolchain", "checkpoint", "device"} <= set(c) for c in m["cells"])
+    # capacity rejections the plans compute appear with no record on disk, with their figures
+    for route in ("qcs6490", "galaxy-s25", "galaxy-s24"):
+        c = _cell(m, "qwen3.8-27b", route)
+        t = c["deployments"][0]["targets"][0]
+        assert c["status"] == "rejected" and t["code"] == "capacity" and t["plan"]["required_bytes"] > t["plan"]["budget_bytes"], route
+        assert c["checkpoint"] == "missing" and c["device"] == "none" and c["toolchain"] == "not built"
+    mo = _cell(m, "minicpm-o", "qcs6490")["deployments"][0]["targets"][0]
+    lang = next(g for g in mo["plan"]["groups"] if g["group"] == "language")
+    assert mo["status"] == "rejected" and lang["verdict"] == "rejected" and lang["code"] == "capacity"
+    assert {g["group"]: g["verdict"] for g in mo["plan"]["groups"]}["vision"] == "admitted"
+    # an admitted cell without a real checkpoint is a missing prerequisite that says which one
+    spark = _cell(m, "spark", "galaxy-s25")["deployments"][0]["targets"][0]
+    assert spark["status"] == "missing-prerequisite" and spark["plan"]["verdict"] == "admitted" and "no real checkpoint" in spark["detail"]
+    assert _cell(m, "internvla-a1", "qcs6490")["deployments"][0]["targets"][0]["detail"].startswith("no export path")
+    assert m["counts"]["rejected"] >= 4 and m["counts"]["functionally-qualified"] == 0
 
     p = subprocess.run([sys.executable, "-m", "exporter", "recipe", "qwen3.8-27b", "--target", "galaxy-s25", "--out", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode == 4
     m = build_matrix(tmp_path, None)
-    cell = next(c for c in m["cells"] if (c["family"], c["route"]) == ("qwen3.8-27b", "galaxy-s25"))
-    assert cell["status"] == "rejected" and cell["records"] == [str(tmp_path / "qwen3.8-27b" / "sm8750" / "w4a16.record.json")]
-    assert cell["deployments"][0]["targets"][0]["code"] == "capacity"
+    cell = _cell(m, "qwen3.8-27b", "galaxy-s25")
+    assert cell["status"] == "rejected" and str(tmp_path / "qwen3.8-27b" / "sm8750" / "w4a16.record.json") in cell["records"]
     md = render_markdown(m)
     assert "rejected (capacity)" in md and md.count("\n| ") == 6  # header + five family rows
-    assert "<table>" in render_html(m)
+    assert "plan (real size): rejected [capacity]" in md
+    page = render_html(m)
+    assert "<table>" in page and "#f4c7c3" in page and 'href="#qwen3.8-27b--galaxy-s25"' in page
+    assert (tmp_path / "qwen3.8-27b" / "sm8750" / "w4a16.record.json").resolve().as_uri() in page
     p = subprocess.run([sys.executable, "-m", "exporter", "matrix", "--out", str(tmp_path), "--format", "json"], capture_output=True, text=True)
-    assert p.returncode == 0 and json.loads(p.stdout)["counts"]["rejected"] == 1
+    assert p.returncode == 0 and json.loads(p.stdout)["counts"]["rejected"] == m["counts"]["rejected"]
 
 
 def test_joint_route_is_as_far_as_its_least_advanced_deployment(tmp_path):

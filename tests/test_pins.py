@@ -230,3 +230,41 @@ def test_a_crafted_pin_file_is_refused(tmp_path, sharded):
     with pytest.raises(EdgeExportError) as e:
         load_pin(dup)
     assert "duplicate key" in e.value.message
+
+
+def test_a_qwen3_5_snapshot_is_pinned_with_its_vision_tower_and_mtp_accounted_for(tmp_path):
+    """qwen3.8-27b has no exporter yet, but its snapshot can be pinned: transformers' own Qwen3_5ForConditionalGeneration
+    layout (text and vision checked by shape) plus the MTP tensors transformers silently drops (accounted for by name)."""
+    d = tmp_path / "qwen3_5"
+    code = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from safetensors.torch import load_file, save_file\n"
+        "from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration\n"
+        "text = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,"
+        " head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, tie_word_embeddings=False)\n"
+        "vision = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, num_position_embeddings=64)\n"
+        "torch.manual_seed(0)\n"
+        "m = Qwen3_5ForConditionalGeneration(Qwen3_5Config(text_config=text, vision_config=vision))\n"
+        "m.save_pretrained(sys.argv[1])\n"
+        "f = Path(sys.argv[1]) / 'model.safetensors'\n"
+        "t = load_file(str(f))\n"
+        "t['mtp.fc.weight'] = torch.zeros(64, 128)\n"
+        "t['mtp.layers.0.mlp.down_proj.weight'] = torch.zeros(64, 96)\n"
+        "save_file(t, str(f), metadata={'format': 'pt'})\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = _cli("pin", "qwen3.8-27b", "--checkpoint", d, "--output", tmp_path / "q.json", "--json")
+    assert p.returncode == 0, p.stderr
+    lay = json.loads(p.stdout)["layout"]
+    assert lay["unchecked"] == {"prefixes": ["mtp."], "tensors": 2} and lay["loaded"] == lay["tensors"] - 2
+    # the recipe still cannot build: the plan says why (a recorded missing prerequisite, not a traceback)
+    p = _cli("recipe", "qwen3.8-27b", "--target", "cpu-x86-linux", "--checkpoint", d, "--pin", tmp_path / "q.json", "--out", tmp_path / "o")
+    assert p.returncode in (4, 6) and "Traceback" not in p.stderr
+    # a vision tensor of the wrong shape is named
+    code2 = ("import sys, torch\nfrom safetensors.torch import load_file, save_file\nf = sys.argv[1]\nt = load_file(f)\n"
+             "t['model.visual.pos_embed.weight'] = torch.zeros(65, 32)\nsave_file(t, f, metadata={'format': 'pt'})\n")
+    assert subprocess.run([sys.executable, "-c", code2, str(d / "model.safetensors")]).returncode == 0
+    p = _cli("pin", "qwen3.8-27b", "--checkpoint", d, "--output", tmp_path / "r.json")
+    assert p.returncode == 5 and "model.visual.pos_embed.weight" in p.stderr

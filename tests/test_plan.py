@@ -141,6 +141,7 @@ def test_families_without_export_path_list_it_as_missing():
 def _cli(*args, cwd=None):
     p = subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, cwd=cwd)
     p.stderr = " ".join(p.stderr.split())  # rich wraps long lines
+    p.stdout = " ".join(p.stdout.split())
     return p
 
 
@@ -161,7 +162,7 @@ def test_recipe_refuses_before_heavy_work_and_records_the_rejection(tmp_path):
     # a multi-component family records every group: without a snapshot each is a missing prerequisite (the
     # 4-bit language build also names its missing quantizer), and nothing heavy runs
     p = _cli("recipe", "minicpm-o", "--target", "x-elite", "--out", str(out))
-    assert p.returncode == 6 and "needs a local snapshot" in p.stderr
+    assert p.returncode == 6 and "needs a local snapshot" in p.stdout  # one result line per group: the command's result
     recs = {str(q.relative_to(out)): json.loads(q.read_text()) for q in out.glob("minicpm-o.*/x-elite/*.record.json")}
     assert sorted(recs) == sorted(f"minicpm-o.{g}/x-elite/{p}.record.json" for g, p in (
         ("vision", "w8a16"), ("audio", "w8a16"), ("language", "w4a16"), ("language", "w8a16"), ("speech-decoder", "w8a16"),
@@ -180,7 +181,7 @@ def test_plan_cli_exit_codes_and_json(tmp_path):
     p = _cli("plan", "tiny-lm", "--target", "qcs6490", "--precision", "w4a16", "--json")
     assert p.returncode == 4 and json.loads(p.stdout)["rejection"]["code"] == "precision-unsupported"
     p = _cli("plan", "spark", "--target", "sm8750")
-    assert p.returncode == 6 and "recipe export path" in p.stderr
+    assert p.returncode == 6 and "recipe export path" in p.stdout  # the plan (and what it misses) is the result
     p = _cli("plan", "spark", "--target", "sm8750", "--ram", "13")
     assert p.returncode == 2 and "12, 16" in p.stderr
 

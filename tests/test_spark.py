@@ -211,3 +211,18 @@ def test_checkpoint_is_required_and_checked_against_the_family(tmp_path, spark_c
     again = tmp_path / "again"
     assert _cli("synthesize", "tiny-spark", str(again)).returncode == 0
     assert (again / "model.safetensors").read_bytes() == (spark_ckpt / "model.safetensors").read_bytes()
+
+
+def test_matrix_counts_twin_builds_as_toolchain_readiness_not_qualification(spark_built, spark_root, dev_keys):
+    """`spark --checkpoint <twin>` (sm8750) and `tiny-spark` (qcs6490) show the toolchain ready for those cells; the cells stay
+    missing a real checkpoint: a twin never qualifies a family (issue #27, item 4)."""
+    from verify.matrix import build_matrix
+
+    m = build_matrix(spark_root, dev_keys.public)
+    for route, target in (("galaxy-s25", "sm8750"), ("qcs6490", "qcs6490")):
+        c = next(c for c in m["cells"] if (c["family"], c["route"]) == ("spark", route))
+        t = c["deployments"][0]["targets"][0]
+        assert t["target"] == target and t["toolchain"]["status"] == "verified" and t["toolchain"]["precision"] == "w8a16"
+        assert t["checkpoint"] == "missing" and t["device"]["status"] == "none" and t["plan"]["verdict"] == "admitted"
+        assert c["status"] == "missing-prerequisite" and "toolchain verified on the tiny twin" in t["detail"]
+        assert t["toolchain"]["record"] in c["records"]
