@@ -30,8 +30,9 @@ class StageResult:
 
 
 class StageCache:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, notice=lambda message: None):
         self.root = Path(root)
+        self.notice = notice  # says what a run waits for when another process builds the same entry
 
     def key(self, stage: str, inputs: dict) -> str:
         return sha256_json({"stage": stage, "inputs": inputs})
@@ -54,13 +55,23 @@ class StageCache:
         k = self.key(stage, inputs)
         return (self.root / stage / k[:2] / k / DONE).is_file()
 
-    def run(self, stage: str, inputs: dict, build: Callable[[Path], dict | None]) -> StageResult:
-        """Return the cached entry for (stage, inputs) or build it into a fresh directory."""
+    def run(self, stage: str, inputs: dict, build: Callable[[Path], dict | None], notice=None) -> StageResult:
+        """Return the cached entry for (stage, inputs) or build it into a fresh directory. One process builds a key at
+        a time: a concurrent run waits for it, then finds its entry (exporter/locks.py)."""
+        from exporter.locks import held
+
         k = self.key(stage, inputs)
         entry = self.root / stage / k[:2] / k
         meta = self._valid(entry)
         if meta is not None:
             return StageResult(entry, k, True, meta.get("info", {}))
+        with held(self.root, f"stage:{stage}:{k}", f"the {stage} stage entry {k[:12]}", notice or self.notice):
+            meta = self._valid(entry)  # published while this run waited
+            if meta is not None:
+                return StageResult(entry, k, True, meta.get("info", {}))
+            return self._build(stage, inputs, k, entry, build)
+
+    def _build(self, stage: str, inputs: dict, k: str, entry: Path, build) -> StageResult:
         if entry.exists():
             shutil.rmtree(entry)
         with staging_dir(entry) as tmp:

@@ -87,8 +87,7 @@ class RichReporter:
         self.console.print(f"[green]✓[/green] {label} [dim]({time.perf_counter() - t:.1f}s)[/dim]")
 
     def note(self, message: str) -> None:
-        if not self.quiet:
-            self.console.print(message)
+        self.console.print(message, highlight=False)  # stderr, also under --json: what a run waits for must be visible
 
 
 @app.command("recipe")
@@ -158,13 +157,16 @@ def verify_cmd(
     as_json: bool = JSON_OPT,
 ):
     """Check a bundle as the load gate does: signature, digests, target, parity verdict."""
-    from manifests import manifest as mf
-    from manifests.signing import dev_key
     from verify import gate
 
-    key = public_key or dev_key().public
-    tgt = target or mf.load(bundle)["bundle"]["target"]
-    opened = gate.check_bundle(bundle, key, tgt)
+    key = _public_key_or_dev(public_key)  # verifying never creates key material
+    if key is None:
+        from exporter.errors import UsageError
+
+        raise UsageError("no public key to verify the signature with: --public-key was not given and no local development key exists",
+                         "pass --public-key SIGNER.pub.pem (the key the bundle names in manifest.json signing.public_key_sha256)")
+    opened = gate.check_bundle(bundle, key, target)  # the bundle's own target unless one is given; read after its signature
+    tgt = opened.manifest["bundle"]["target"] if target is None else target
     if open_sessions:
         for c in opened.manifest["components"]:
             gate.open_session(bundle, key, tgt, c["name"])
@@ -651,8 +653,27 @@ def routes_cmd(as_json: bool = JSON_OPT):
     _out_console().print(t)
 
 
+def _report(e: EdgeExportError, as_json: bool) -> None:
+    if as_json:
+        _print_json({"error": e.message, "fix": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
+    else:
+        from rich.markup import escape
+
+        _err_console().print(f"[red]error:[/red] {escape(e.message)}" + (f"\n  [bold]fix:[/bold] {escape(e.hint)}" if e.hint else ""), highlight=False)
+
+
+def _on_signal(signum, _frame):
+    from exporter.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
 def main() -> None:
-    import click
+    import signal
+
+    from typer.exceptions import Abort, Exit, TyperException  # typer bundles its own click: its usage errors derive from this
+
+    from exporter.errors import Interrupted, filesystem_error_in
 
     as_json = "--json" in sys.argv
     # native libraries (QNN, ORT, ninja) print to file descriptor 1; stdout carries only the command's result (the
@@ -660,24 +681,37 @@ def main() -> None:
     real = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = os.fdopen(real, "w")
+    # SIGTERM (timeout, CI cancellation, docker stop) unwinds like Ctrl-C: staging directories are removed, locks released
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
     try:
         rc = app(standalone_mode=False)
     except EdgeExportError as e:
-        if as_json:
-            _print_json({"error": e.message, "fix": e.hint, "exit_code": e.exit_code, "kind": type(e).__name__})
+        _report(e, as_json)
+        sys.exit(e.exit_code)
+    except Interrupted as e:
+        name = signal.Signals(e.signum).name
+        _err_console().print(f"interrupted by {name}: finished stages stay cached and nothing half-written was published; rerun to resume",
+                             highlight=False)
+        sys.exit(e.exit_code)
+    except Exit as e:
+        sys.exit(e.exit_code)
+    except Abort:
+        _err_console().print("aborted")
+        sys.exit(130)
+    except TyperException as e:  # usage: a missing or unknown option, a value of the wrong type
+        show = getattr(e, "show", None)
+        if show:
+            show()
         else:
-            from rich.markup import escape
-
-            _err_console().print(f"[red]error:[/red] {escape(e.message)}" + (f"\n  [bold]fix:[/bold] {escape(e.hint)}" if e.hint else ""), highlight=False)
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.ClickException as e:
-        e.show()
+            _err_console().print(f"error: {e}")
         sys.exit(2)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except KeyboardInterrupt:
+    except Exception as e:  # a full disk, a read-only file system, a file where a directory is needed: say which path
+        fs = filesystem_error_in(e)
+        if fs is None:
+            raise
+        _report(fs, as_json)
+        sys.exit(fs.exit_code)
+    if rc == 130:  # typer turned a KeyboardInterrupt that reached it into this code
         _err_console().print("interrupted: finished stages stay cached; rerun to resume")
-        sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)

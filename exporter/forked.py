@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from exporter.atomic import owner
 from exporter.errors import EdgeExportError
 
 WORKERS_ENV = "EDGE_EXPORT_EXPORT_WORKERS"
@@ -107,10 +108,34 @@ def _child(fn: Callable[[], None], log: Path) -> None:  # pragma: no cover - run
             os._exit(code)
 
 
+LOG_KEEP_S = 24 * 3600  # a dead run's logs (a failed copy's traceback) stay a day for its record's reader
+
+
+def sweep_logs(log_dir: Path, keep_s: float = LOG_KEEP_S) -> list[Path]:
+    """Remove the export logs of runs that are provably dead and older than `keep_s`."""
+    import re
+
+    from exporter.atomic import owner_alive
+
+    removed = []
+    pat = re.compile(r"-(\d+)x(\d+)-\d+\.log$")
+    for p in log_dir.glob("*.log"):
+        m = pat.search(p.name)
+        try:
+            old = time.time() - p.stat().st_mtime > keep_s
+        except OSError:
+            continue
+        if m and old and not owner_alive(int(m.group(1)), int(m.group(2))):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
 def run_forked(jobs: list[tuple[str, Callable[[], None]]], workers: int, log_dir: Path) -> list[Outcome]:
     """Run each (name, fn) in a forked copy, at most `workers` at once; returns their outcomes in job order.
     If the parent is interrupted, every running copy is killed before the exception goes on."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    sweep_logs(log_dir)
     waiting = list(enumerate(jobs))
     running: dict[int, tuple[int, str, Path]] = {}
     done: dict[int, Outcome] = {}
@@ -120,7 +145,7 @@ def run_forked(jobs: list[tuple[str, Callable[[], None]]], workers: int, log_dir
         while waiting or running:
             while waiting and len(running) < workers:
                 i, (name, fn) = waiting.pop(0)
-                log = log_dir / f"{os.getpid()}-{i}-{name}.log"
+                log = log_dir / f"{name}-{owner()}-{i}.log"
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the forked copy
                     _child(fn, log)

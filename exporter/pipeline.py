@@ -174,9 +174,22 @@ class Context:
                                "must not need it: compute what it needs before release_model")
         if self._model is None:
             from exporter.backends.onnx_export import load_hf_model
+            from exporter.weights import check_finite
 
+            outer, self.current = self.current, "load"  # a failure while loading is recorded as the load stage's
             with self.reporter.stage("load", f"{self.recipe.name} from {self.ckpt.directory}"):
-                self._model = self.harness.load(self) if self.harness else load_hf_model(self.ckpt.directory, self.recipe.architecture)
+                try:
+                    model = self.harness.load(self) if self.harness else load_hf_model(self.ckpt.directory, self.recipe.architecture)
+                except EdgeExportError:
+                    raise
+                except Exception as e:  # safetensors, torch and transformers errors on a damaged file: name the checkpoint
+                    from exporter.errors import IntegrityError
+
+                    raise IntegrityError(f"{self.ckpt.source}: loading the checkpoint failed ({type(e).__name__}: {str(e).splitlines()[0][:300]})",
+                                         "the checkpoint is damaged or not of this architecture: check it with `edge-export pin`") from None
+                check_finite(model, self.ckpt.source)  # a NaN or Inf weight is refused by name, before any export
+                self._model = model
+            self.current = outer
         return self._model
 
     def release_model(self) -> None:
@@ -319,8 +332,14 @@ def _export_side_by_side(ctx: Context, jobs: list) -> None:
     ctx.model()  # loaded (memory-mapped) once, here: the copies share it, and verify uses it after them
     names = ", ".join(comp.graph_name for comp, _, _ in jobs)
     with ctx.timed("export", f"{len(jobs)} graphs, {workers} at a time in forked processes: {names}"):
-        outcomes = forked.run_forked([(comp.name, child_job(inputs, build)) for comp, inputs, build in jobs], workers,
-                                     ctx.cache.root / "logs" / "export")
+        try:
+            outcomes = forked.run_forked([(comp.name, child_job(inputs, build)) for comp, inputs, build in jobs], workers,
+                                         ctx.cache.root / "logs" / "export")
+        except BaseException:
+            from exporter.atomic import sweep_tree
+
+            sweep_tree(ctx.cache.root / "export")  # the copies were killed: their staging directories go with them
+            raise
     for o in outcomes:
         if o.signal is not None:
             raise EdgeExportError(f"exporting {o.name} was killed by signal {o.signal} in its forked process (log: {o.log}):\n    {o.tail()}",
@@ -561,13 +580,17 @@ def _runtime_files(ctx: Context, scheme: dict, dest: Path, staging: Path) -> dic
 
 
 def _worst(outputs: dict) -> dict:
-    """The worst value of each metric over every component and output of a stage."""
+    """The worst value of each metric over every component and output of a stage (None where nothing finite was
+    measured; the non-finite calls are counted)."""
     ms = [m for outs in outputs.values() for m in outs.values()]
+    cos = [m["min_cosine"] for m in ms if m["min_cosine"] is not None]
     psnrs = [m["min_psnr_db"] for m in ms if m["min_psnr_db"] is not None]
+    mabs = [m["max_abs"] for m in ms if m["max_abs"] is not None]
     return {
-        "min_cosine": min(m["min_cosine"] for m in ms),
+        "min_cosine": min(cos) if cos else None,
         "min_psnr_db": min(psnrs) if psnrs else None,
-        "max_abs": max(m["max_abs"] for m in ms),
+        "max_abs": max(mabs) if mabs else None,
+        "nonfinite_calls": sum((m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0) for m in ms),
     }
 
 
@@ -608,11 +631,20 @@ def build_one(
 ) -> BuildResult:
     """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded. `pin_file`:
     the record of the reviewed pin file whose digests `recipe.pin` carries."""
-    from manifests.records import write_record
+    from exporter.locks import held
 
     reporter = reporter or Reporter()
     out_root = Path(out_root)
     plan = make_plan(recipe, target, precision, context, fmt, requested_target)
+    where = out_root.resolve() / recipe.name / target.name / bundle_variant(plan, target)
+    # one build of a bundle at a time: a concurrent run into the same output root waits, then finds it up to date
+    with held(out_root, f"bundle:{where}", f"{recipe.name}/{target.name}/{bundle_variant(plan, target)} in {out_root}", reporter.note):
+        return _build_one(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, command, pin_file)
+
+
+def _build_one(recipe, target, plan, out_root, key, checkpoint, allow_unpinned, cache_root, reporter, command, pin_file) -> BuildResult:
+    from manifests.records import write_record
+
     twin = bool(recipe.pin and recipe.pin.source.startswith("synthesized:"))
     rec = dict(plan=plan.to_json(), command=command, variant=bundle_variant(plan, target),
                checkpoint={"twin": twin, "pinned": None, "source": recipe.pin.source if recipe.pin else None})
@@ -661,11 +693,11 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
     from manifests.signing import public_key_fingerprint, resolve_key, sign_bundle
 
     cache_root = Path(cache_root) if cache_root else out_root / ".cache"
-    keys = resolve_key(key)
+    keys = resolve_key(key)  # build() already loaded and checked it; a KeyPair passes through
     t0 = time.perf_counter()
     with reporter.stage("resolve", f"{recipe.name} checkpoint ({recipe.pin.source if checkpoint is None else checkpoint})"):
         ckpt = resolve(recipe, cache_root, checkpoint, allow_unpinned, pin_file)
-    ctx = Context(recipe, target, plan, ckpt, StageCache(cache_root), reporter, versions.tool_versions())
+    ctx = Context(recipe, target, plan, ckpt, StageCache(cache_root, notice=reporter.note), reporter, versions.tool_versions())
     holder["ctx"] = ctx
     ctx.timings["resolve"] = round(time.perf_counter() - t0, 3)
 
@@ -771,8 +803,21 @@ def _build_admitted(recipe, target, plan, out_root, key, checkpoint, allow_unpin
         }
         mf.write(tmp, manifest)
         sign_bundle(tmp, keys.private)
+        _verify_own_signature(tmp, keys.public)
     status = "published" if passed else "parity-failed"
     return BuildResult(recipe.name, target.name, plan.precision, status, dest, summary, ctx.timings, ctx.hits)
+
+
+def _verify_own_signature(staging: Path, public: Path) -> None:
+    """A bundle is published only if the public key its manifest names verifies what was just signed."""
+    from exporter.errors import IntegrityError
+    from manifests.signing import verify_bundle
+
+    try:
+        verify_bundle(staging, public)
+    except EdgeExportError as e:
+        raise IntegrityError(f"the signature just made does not verify with the signer's public key ({e.message})",
+                             "check the signing key (--key); nothing was published") from None
 
 
 def precisions_for(recipe: Recipe, target: Target, precision: str | None, fmt: str | None = None) -> list[str | None]:
@@ -784,7 +829,15 @@ def precisions_for(recipe: Recipe, target: Target, precision: str | None, fmt: s
 def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, fmt: str | None = None,
           pin: Path | None = None, **kw) -> list[BuildResult]:
     """`pin`: a reviewed pin file (exporter/pins.py) the checkpoint given as `checkpoint` must match, file by file."""
+    from manifests.signing import resolve_key
+
     recipe = get_recipe(recipe_name)
+    out_root = Path(kw["out_root"])
+    _refuse_out_inside_a_bundle(out_root)
+    kw["key"] = resolve_key(kw.get("key"))  # a bad --key fails here, before any work
+    from exporter.atomic import sweep_tree
+
+    sweep_tree(out_root)  # staging and superseded directories of killed runs, provably dead
     pinned = None
     if pin is not None:
         from exporter.pins import load_pin
@@ -811,6 +864,17 @@ def build(recipe_name: str, target_name: str, precision: str | None = None, ram_
     if recipe.group_recipes is not None:
         return build_groups(recipe, target, precision, fmt, target_name, **kw)
     return [build_one(recipe, target, p, requested_target=target_name, fmt=fmt, **kw) for p in precisions_for(recipe, target, precision, fmt)]
+
+
+def _refuse_out_inside_a_bundle(out_root: Path) -> None:
+    from exporter.errors import UsageError
+    from manifests.manifest import MANIFEST, SIGNATURE
+
+    p = Path(out_root).resolve()
+    for d in (p, *p.parents):
+        if (d / MANIFEST).is_file() and (d / SIGNATURE).exists():
+            raise UsageError(f"--out {out_root} is inside the signed bundle {d}: writing there would break its signature",
+                             "choose an output root outside any bundle (the default is ./artifacts)")
 
 
 def build_groups(recipe: Recipe, target: Target, precision: str | None, fmt: str | None, requested_target: str, **kw) -> list[BuildResult]:

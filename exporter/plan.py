@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from exporter.prereq import Prerequisite, missing_for, verification_plan
-from exporter.targets import GiB, MiB, Target
+from exporter.targets import GiB, MiB, Target, all_targets
 from recipes.base import PRECISIONS, Precision, Recipe
 from recipes.cost import GraphCost
 
@@ -276,6 +276,13 @@ def make_plan(
     from exporter.errors import UnknownNameError
 
     fmt = fmt or target.formats[0]
+    known_formats = sorted({f for t in all_targets() for f in t.formats})
+    if fmt not in known_formats:  # a name, never a path: it becomes part of record and bundle names
+        raise UnknownNameError("format", fmt, known_formats)
+    if context is not None and (not isinstance(context, int) or context <= 0):
+        from exporter.errors import UsageError
+
+        raise UsageError(f"--context {context!r} is not a positive number of tokens", f"choose one of the recipe's buckets: {recipe.cost.contexts()}")
     offered = recipe.precisions_for(target, fmt)
     wanted = precision or (offered[0] if offered else (target.precisions[0] if target.precisions else "fp32"))
     if wanted not in PRECISIONS:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.atomic import staging_dir
-from exporter.errors import IntegrityError, UsageError
+from exporter.errors import EdgeExportError, IntegrityError, UsageError
 from exporter.hashing import sha256_file, sha256_json
 from recipes.base import Recipe
 
@@ -47,8 +47,19 @@ def _synthesized_dir(recipe: Recipe, cache_root: Path) -> Path:
     if not all((d / f).is_file() for f in recipe.pin.files):
         if recipe.synthesize is None:
             raise UsageError(f"recipe {recipe.name} has no synthesiser and no checkpoint", "pass --checkpoint PATH")
-        with staging_dir(d) as tmp:
-            recipe.synthesize(tmp)
+        try:
+            with staging_dir(d) as tmp:
+                recipe.synthesize(tmp)
+        except EdgeExportError:
+            raise
+        except Exception as e:
+            from exporter.errors import filesystem_error_in
+
+            fs = filesystem_error_in(e)
+            if fs is not None:  # the library's error does not name the file: this does
+                fs.message = f"{d}: writing the synthesised checkpoint: {fs.message}"
+                raise fs from None
+            raise
     return d
 
 
@@ -95,6 +106,7 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
             + ", or pass --allow-unpinned to build anyway (the manifest then records it and a release audit fails it)",
         )
 
+    check_headers(src_dir, measured)
     view = _view(cache_root, src_dir, measured)
     return ResolvedCheckpoint(
         source=source,
@@ -106,6 +118,14 @@ def resolve(recipe: Recipe, cache_root: Path, checkpoint: Path | None = None, al
         synthetic=not mismatches and recipe.pin.source.startswith("synthesized:"),
         pin_file=pin_file if not mismatches else None,
     )
+
+
+def check_headers(src_dir: Path, names) -> None:
+    """Every safetensors header readable and consistent (and the shard index with the shards), before a loader maps a
+    byte: a truncated file or offsets past its end are an IntegrityError naming the file and the fault (exit 5)."""
+    from exporter.pins import INDEX_SUFFIX, _tensors
+
+    _tensors({n: Path(src_dir) / n for n in names if n.endswith(".safetensors") or n.endswith(INDEX_SUFFIX)})
 
 
 def _view(cache_root: Path, src_dir: Path, measured: dict[str, str]) -> Path:
@@ -133,5 +153,6 @@ def _resolve_unpinned(recipe: Recipe, src_dir: Path, source: str, cache_root: Pa
             "--pin PIN.json; or pass --allow-unpinned to build anyway (the manifest records every digest and pinned: false, and a release "
             "audit fails it)",
         )
+    check_headers(src_dir, measured)
     return ResolvedCheckpoint(source=source, revision="unpinned", directory=_view(cache_root, src_dir, measured), files=measured,
                               pinned=False, mismatches=[{"file": n, "expected": None, "actual": d} for n, d in measured.items()])

@@ -80,8 +80,14 @@ class Target:
 
     def with_ram(self, gib: float) -> "Target":
         """The same target with another RAM SKU (only one the registry lists)."""
+        import math
         from dataclasses import replace
 
+        if not isinstance(gib, (int, float)) or not math.isfinite(gib) or gib <= 0:
+            from exporter.errors import UsageError
+
+            raise UsageError(f"--ram {gib!r} is not a positive, finite number of GiB",
+                             f"choose --ram from: {', '.join(f'{b / GiB:g}' for b in self.ram_skus_bytes)}")
         want = int(round(gib * GiB))
         if want not in self.ram_skus_bytes:
             from exporter.errors import UsageError

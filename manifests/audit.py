@@ -6,9 +6,12 @@ wrong and what to do. The gate (verify.gate) is the runtime's subset of these ch
 
 Checks, by id:
 
-* ``manifest``   present, valid JSON, schema-valid, every path inside the bundle;
-* ``signature``  model-signing signature valid for the given public key, by an allowed signer;
+* ``signature``  model-signing signature valid for the given public key, by an allowed signer (checked first: a
+                 bundle whose signature fails is not parsed further);
+* ``manifest``   read safely (size, nesting, duplicate keys, no NaN), schema-valid, every field stated twice
+                 agreeing, every path inside the bundle;
 * ``files``      every listed file streamed and matched to its digest and size; none added, none missing;
+* ``references`` every file a graph refers to (external data, an EPContext binary) is a signed file inside the bundle;
 * ``pins``       the tool versions in the manifest equal the exact pins this edge-export declares
                  (pyproject.toml, read from the installed distribution) or those of the policy;
 * ``plan``       bundle precision and format equal the plan's, the plan admitted it, and the bundle
@@ -39,7 +42,7 @@ from pathlib import Path
 from exporter.errors import EdgeExportError, UsageError
 from manifests import manifest as mf
 
-CHECKS = ("manifest", "signature", "files", "pins", "plan", "placement", "parity", "checkpoint", "device-validation", "host-isa")
+CHECKS = ("manifest", "signature", "files", "references", "pins", "plan", "placement", "parity", "checkpoint", "device-validation", "host-isa")
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,14 @@ def load_policy(path: Path | None) -> Policy:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"policy file {path} does not exist", "pass a TOML or JSON file (see docs/AUDIT.md)")
+    from exporter.safejson import JsonRefused, load_json
+
     try:
-        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"policy file {path} does not parse: {e}", "fix its syntax (TOML, or JSON for a .json file)") from None
+        data = load_json(path, "the policy", 1 << 20) if path.suffix == ".json" else tomllib.loads(path.read_text())
+    except (JsonRefused, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise UsageError(f"policy file {path} does not parse: {getattr(e, 'message', e)}", "fix its syntax (TOML, or JSON for a .json file)") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"policy file {path} is not a table of keys", "see docs/AUDIT.md")
     unknown = sorted(set(data) - POLICY_KEYS)
     if unknown:
         raise UsageError(f"policy file {path}: unknown keys {unknown}", f"known keys: {sorted(POLICY_KEYS)}")
@@ -168,7 +175,11 @@ def declared_pins() -> dict[str, str]:
 
 
 def find_bundles(paths) -> list[Path]:
-    """Every bundle (a directory holding manifest.json) at or under the given paths, sorted."""
+    """Every bundle (a directory holding manifest.json) at or under the given paths, sorted. Below a path, hidden
+    directories are never searched: the stage cache (.cache), a build's staging (.tmp-*) and superseded (.old-*)
+    directories, EP caches (.NAME.cache): a half-signed or replaced bundle is never taken for one."""
+    import os
+
     found = []
     for p in map(Path, paths):
         if not p.exists():
@@ -176,26 +187,34 @@ def find_bundles(paths) -> list[Path]:
         if (p / mf.MANIFEST).is_file():
             found.append(p)
         elif p.is_dir():
-            found += sorted(m.parent for m in p.rglob(mf.MANIFEST) if ".cache" not in m.relative_to(p).parts)
+            for root, dirs, files in os.walk(p, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                if mf.MANIFEST in files:
+                    found.append(Path(root))
     return sorted(dict.fromkeys(found))
 
 
 # -- the checks ---------------------------------------------------------------------------------------
 
 
-def _check_signature(bundle: Path, data: dict, public_key: Path | None, policy: Policy, signed: dict | None = None) -> Check:
-    """`signed` receives the verified per-file digests (the files check then reads no byte twice)."""
-    from manifests.signing import public_key_fingerprint, verify_bundle
+def _verify_signature(bundle: Path, public_key: Path | None) -> tuple[Check, dict]:
+    """The signature over every file, checked before the manifest is parsed; returns the signed per-file digests
+    (the files check then reads no byte twice)."""
+    from manifests.signing import verify_bundle
 
     if public_key is None:
         return Check("signature", False, "no public key to verify the signature with",
-                     "pass --public-key (the signer's .pub.pem), or build with the local development key first")
+                     "pass --public-key (the signer's .pub.pem), or build with the local development key first"), {}
     try:
         digests = verify_bundle(bundle, Path(public_key))
     except EdgeExportError as e:
-        return Check("signature", False, e.message, e.hint)
-    if signed is not None:
-        signed.update(digests)
+        return Check("signature", False, e.message, e.hint), {}
+    return Check("signature", True, "valid"), digests
+
+
+def _check_signer(data: dict, public_key: Path, policy: Policy) -> Check:
+    from manifests.signing import public_key_fingerprint
+
     fp = public_key_fingerprint(Path(public_key))
     if data["signing"].get("public_key_sha256") != fp:
         return Check("signature", False, f"the manifest names signer {data['signing'].get('public_key_sha256')}, the signature verifies with {fp}",
@@ -203,6 +222,17 @@ def _check_signature(bundle: Path, data: dict, public_key: Path | None, policy: 
     if policy.signers and fp not in policy.signers:
         return Check("signature", False, f"signer {fp[:16]}… is not among the policy's allowed signers", "sign with a release key the policy lists")
     return Check("signature", True, f"valid, signer {fp[:16]}…")
+
+
+def _check_references(bundle: Path, data: dict) -> Check:
+    from manifests.onnx_refs import reference_findings
+
+    graphs = sorted(rel for rel in data["files"] if rel.endswith(".onnx"))
+    found = [f for rel in graphs for f in reference_findings(bundle, rel, data["files"])]
+    if found:
+        return Check("references", False, "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else ""),
+                     "rebuild the bundle; a signed graph keeps its external data and context binaries inside it", tuple(found))
+    return Check("references", True, f"every file the {len(graphs)} graphs refer to is a signed file inside the bundle")
 
 
 def _check_files(bundle: Path, data: dict, signed: dict | None = None) -> Check:
@@ -446,10 +476,17 @@ def _check_host_isa(data: dict, policy: Policy) -> Check:
 
 def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: dict[str, str] | None = None) -> BundleAudit:
     bundle = Path(bundle)
+    if not (bundle / mf.MANIFEST).is_file():
+        return BundleAudit(bundle, (Check("manifest", False, f"{bundle / mf.MANIFEST} is missing", "point at a bundle directory"),))
+    # the signature first: nothing in a bundle whose signature fails is parsed, let alone believed
+    sig, signed = _verify_signature(bundle, public_key)
+    if not sig.ok:
+        return BundleAudit(bundle, (sig, Check("manifest", False, "not read: the signature does not verify, so nothing in the bundle is trusted",
+                                                "fix the signature check first")))
     try:
         data = mf.load(bundle)
     except EdgeExportError as e:
-        return BundleAudit(bundle, (Check("manifest", False, e.message, e.hint),))
+        return BundleAudit(bundle, (sig, Check("manifest", False, e.message, e.hint)))
     cell = {k: data["bundle"][k] for k in ("recipe", "target", "precision", "format")}
     full, unreadable = None, None
     try:
@@ -457,9 +494,10 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
     except EdgeExportError as e:
         unreadable = e
     checks = [
-        Check("manifest", True, f"schema {data['schema_version']}, paths inside the bundle"),
-        _check_signature(bundle, data, public_key, policy, signed := {}),
+        Check("manifest", True, f"schema {data['schema_version']}, self-consistent, paths inside the bundle"),
+        _check_signer(data, Path(public_key), policy),
         _check_files(bundle, data, signed),
+        _check_references(bundle, data),
         _check_pins(data, declared_pins() if pins is None else pins, policy),
         _check_plan(data),
         _check_placement(data, policy),

@@ -12,6 +12,9 @@ from exporter.errors import IntegrityError
 SCHEMA_VERSION = "edge-export.manifest/v1"
 MANIFEST = "manifest.json"
 SIGNATURE = "model.sig"
+MAX_MANIFEST_BYTES = 32 << 20  # a 27B bundle's manifest is well under 1 MiB
+MAX_PARITY_BYTES = 256 << 20
+MAX_SIGNATURE_BYTES = 16 << 20
 
 
 class ManifestInvalid(IntegrityError):
@@ -44,15 +47,45 @@ def validate(data: dict, where: str = MANIFEST) -> None:
         raise ManifestInvalid(f"{where}: schema violation at {loc}: {e.message}", "rebuild the bundle with edge-export") from None
 
 
+def _read(path: Path, what: str, max_bytes: int):
+    from exporter.safejson import JsonRefused, load_json
+
+    try:
+        return load_json(path, what, max_bytes, fix="the bundle is damaged or crafted; rebuild it with edge-export")
+    except JsonRefused as e:
+        raise ManifestInvalid(e.message, e.hint) from None
+
+
+# fields a manifest states twice: both must say the same (a re-signed manifest naming qcs6490 over a CPU target block
+# must not pass as a qcs6490 bundle)
+def cross_check(data: dict, where: str) -> None:
+    b, plan, q, t = data["bundle"], data["plan"], data["quantization"], data["target"]
+    pairs = [("bundle.target", b["target"], "target.name", t.get("name")),
+             ("bundle.target", b["target"], "plan.target", plan.get("target")),
+             ("bundle.recipe", b["recipe"], "recipe.name", data["recipe"].get("name")),
+             ("bundle.recipe", b["recipe"], "plan.recipe", plan.get("recipe")),
+             ("bundle.precision", b["precision"], "plan.precision", plan.get("precision")),
+             ("bundle.precision", b["precision"], "quantization.precision", q.get("precision")),
+             ("bundle.format", b["format"], "plan.format", plan.get("format")),
+             ("signing.signature", data.get("signing", {}).get("signature", SIGNATURE), "the signature file", SIGNATURE)]
+    if "isa_baseline" in (data.get("verification") or {}):
+        pairs.append(("verification.isa_baseline", data["verification"]["isa_baseline"], "target.isa_baseline", t.get("isa_baseline")))
+    bad = [f"{a} is {x!r} but {c} is {y!r}" for a, x, c, y in pairs if x != y]
+    if bad:
+        raise ManifestInvalid(f"{where}: the manifest contradicts itself: " + "; ".join(bad), "rebuild the bundle; never edit a manifest")
+
+
 def load(bundle: Path) -> dict:
+    """The manifest, read safely (size, nesting, duplicate keys, no NaN), schema-valid, self-consistent, with every
+    path inside the bundle. Trust it only after the signature verified (the gate and the audit check that first)."""
     path = Path(bundle) / MANIFEST
     if not path.is_file():
         raise ManifestInvalid(f"{path} is missing: {bundle} is not an edge-export bundle", "point at a bundle directory (it holds manifest.json and model.sig)")
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ManifestInvalid(f"{path} is not valid JSON ({e})", "the bundle is damaged; rebuild it") from None
+    data = _read(path, "the manifest", MAX_MANIFEST_BYTES)
+    if not isinstance(data, dict):
+        raise ManifestInvalid(f"{path} is not a JSON object", "the bundle is damaged; rebuild it")
     validate(data, str(path))
+    cross_check(data, str(path))
     for rel in data["files"]:
         safe_relpath(Path(bundle), rel)
     for comp in data["components"]:
@@ -104,12 +137,7 @@ def load_parity(bundle: Path, data: dict) -> dict:
     if not rel:
         raise ManifestInvalid(f"{Path(bundle) / MANIFEST}: no parity report is named", "rebuild the bundle")
     path = safe_relpath(Path(bundle), rel)
-    try:
-        full = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ManifestInvalid(f"{path} is missing", "the bundle is damaged; rebuild it") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ManifestInvalid(f"{path} is not valid JSON ({e})", "the bundle is damaged; rebuild it") from None
+    full = _read(path, "the parity report", MAX_PARITY_BYTES)
     if not isinstance(full, dict) or not isinstance(full.get("stages"), list):
         raise ManifestInvalid(f"{path} holds no parity stages", "rebuild the bundle")
     return full

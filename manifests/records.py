@@ -20,9 +20,16 @@ STATUSES = ("rejected", "missing-prerequisite", "failed", "verified")
 SUFFIX = ".record.json"
 
 
+def _component(name: str, what: str) -> str:
+    """A record path component: a plain name, never a path (a crafted --format or recipe must not escape the root)."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith(".") or "\0" in name:
+        raise ValueError(f"{what} {name!r} is not a plain name")
+    return name
+
+
 def record_path(out_root: Path, recipe: str, target: str, precision: str) -> Path:
     """`precision` names the variant: the precision, or FORMAT-PRECISION for a target's non-default format."""
-    return Path(out_root) / recipe / target / f"{precision}{SUFFIX}"
+    return Path(out_root) / _component(recipe, "recipe") / _component(target, "target") / f"{_component(precision, 'variant')}{SUFFIX}"
 
 
 def write_record(
@@ -78,11 +85,14 @@ def read_records(out_root: Path, recipe: str | None = None) -> list[tuple[Path, 
     pattern = f"{recipe}/*/*{SUFFIX}" if recipe else f"*/*/*{SUFFIX}"
     out = []
     for p in sorted(root.glob(pattern)):
+        from exporter.errors import EdgeExportError
+        from exporter.safejson import load_json
+
         try:
-            data = json.loads(p.read_text())
-            if data.get("schema") != RECORD_SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}")
-        except (OSError, ValueError) as e:
+            data = load_json(p, "a run record", 16 << 20)
+            if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+                raise ValueError(f"schema {data.get('schema') if isinstance(data, dict) else None!r}")
+        except (OSError, ValueError, EdgeExportError) as e:
             data = {"schema": None, "status": "failed", "stage": "record", "reason": f"unreadable record: {e}",
                     "next_repair": "rerun the command that wrote it", "recipe": p.parent.parent.name, "target": p.parent.name,
                     "precision": p.name[: -len(SUFFIX)], "evidence": [str(p)]}

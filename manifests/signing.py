@@ -29,7 +29,7 @@ class SignatureError(IntegrityError):
 @dataclass(frozen=True)
 class KeyPair:
     private: Path | None
-    public: Path
+    public: Path  # the public key derived from `private` (never a file merely found beside it)
 
 
 def key_dir() -> Path:
@@ -40,8 +40,51 @@ def public_path_for(private: Path) -> Path:
     return private.with_name(private.stem + ".pub.pem")
 
 
+CURVES = ("secp256r1", "secp384r1")  # what model-signing's elliptic-key signer accepts (P-256, P-384)
+
+
+def load_private_key(path: Path):
+    """An EC P-256/P-384 private key from PEM, or a UsageError saying exactly what the file is instead."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = Path(path)
+    fix = "pass an unencrypted EC private key in PEM (P-256 or P-384), e.g. openssl ecparam -name prime256v1 -genkey -noout -out key.pem"
+    if not path.is_file():
+        raise UsageError(f"signing key {path} does not exist", fix)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"signing key {path} cannot be read ({e.strerror or e})", "check its owner and mode") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise UsageError(f"signing key {path} is encrypted", "decrypt it to a file only you can read (openssl ec -in KEY -out PLAIN), "
+                                                            "or use an unencrypted key; edge-export never asks for passphrases") from None
+    except (ValueError, Exception):  # noqa: BLE001 - cryptography raises ValueError and UnsupportedAlgorithm alike
+        try:
+            serialization.load_pem_public_key(data)
+            raise UsageError(f"signing key {path} is a public key", "pass the private key; the public key is derived from it") from None
+        except UsageError:
+            raise
+        except Exception:  # noqa: BLE001
+            raise UsageError(f"signing key {path} is not a PEM private key", fix) from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise UsageError(f"signing key {path} is a {type(key).__name__.replace('_', '').replace('PrivateKey', '')} key, not an elliptic-curve key",
+                         fix)
+    if key.curve.name not in CURVES:
+        raise UsageError(f"signing key {path} is on curve {key.curve.name}, not P-256 or P-384", fix)
+    return key
+
+
+def _public_pem(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
 def dev_key(notice=lambda msg: print(msg, file=sys.stderr)) -> KeyPair:
-    """The local development key, created (EC P-256) on first use."""
+    """The local development key, created (EC P-256) on first use; its public key is derived and rewritten if stale."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -54,29 +97,37 @@ def dev_key(notice=lambda msg: print(msg, file=sys.stderr)) -> KeyPair:
         fd = os.open(priv, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         notice(f"created a local development signing key at {priv} (public key {pub}); pass --key for release signing")
-    elif not pub.exists():
-        write_public_key(priv, pub)
+    _write_if_different(pub, _public_pem(load_private_key(priv)))
     return KeyPair(priv, pub)
 
 
+def _write_if_different(path: Path, data: bytes) -> None:
+    if not path.is_file() or path.read_bytes() != data:
+        from exporter.atomic import write_bytes_atomic
+
+        write_bytes_atomic(path, data)
+
+
 def write_public_key(private: Path, public: Path) -> None:
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_pem_private_key(private.read_bytes(), password=None)
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    _write_if_different(public, _public_pem(load_private_key(private)))
 
 
-def resolve_key(key: str | Path | None) -> KeyPair:
+def resolve_key(key: str | Path | KeyPair | None) -> KeyPair:
+    """The signing key, loaded and checked before any work; its public key derived from it and kept outside the
+    user's key directory (nothing is written beside --key)."""
+    if isinstance(key, KeyPair):
+        return key
     if key is None:
         return dev_key()
     priv = Path(key)
-    if not priv.is_file():
-        raise UsageError(f"signing key {priv} does not exist", "pass the path of an EC private key in PEM (P-256 or P-384)")
-    pub = public_path_for(priv)
-    if not pub.exists():
-        write_public_key(priv, pub)
+    pem = _public_pem(load_private_key(priv))
+    import tempfile
+
+    d = Path(tempfile.gettempdir()) / f"edge-export-{os.getuid() if hasattr(os, 'getuid') else 'user'}-public-keys"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pub = d / f"{sha256_bytes(pem)[:32]}.pub.pem"
+    _write_if_different(pub, pem)
     return KeyPair(priv, pub)
 
 
@@ -116,6 +167,11 @@ def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.s
     sig = bundle / signature_name
     if not sig.is_file():
         raise SignatureError(f"{sig} is missing: the bundle is unsigned", "only signed bundles may be loaded; rebuild with edge-export recipe")
+    from manifests.manifest import MAX_SIGNATURE_BYTES
+
+    if sig.stat().st_size > MAX_SIGNATURE_BYTES:
+        raise SignatureError(f"{sig}: {sig.stat().st_size} bytes, larger than any signature ({MAX_SIGNATURE_BYTES})",
+                             "the bundle is damaged or crafted; rebuild it")
     if not Path(public_key).is_file():
         raise UsageError(f"public key {public_key} does not exist", "pass the .pub.pem beside the signing key")
     try:
@@ -136,7 +192,9 @@ def signed_digests(sig: Path) -> dict[str, str]:
     import base64
     import json
 
-    payload = json.loads(base64.b64decode(json.loads(Path(sig).read_text())["dsseEnvelope"]["payload"]))
+    from exporter.safejson import loads
+
+    payload = loads(base64.b64decode(loads(Path(sig).read_bytes(), str(sig))["dsseEnvelope"]["payload"]), f"{sig} payload")
     pred = payload["predicate"]
     if pred.get("serialization", {}).get("method") != "files" or pred["serialization"].get("hash_type") != "sha256":
         return {}  # another serialization: the caller hashes the files itself

@@ -4,12 +4,14 @@
 Runtime session on the target's execution provider (CPU fallback disabled for
 accelerators) only if, in this order:
 
-1. the manifest is present, schema-valid and every path stays inside the bundle;
-2. the signature is valid for `public_key` over every file of the bundle;
+1. the signature is valid for `public_key` over every file of the bundle (checked before the manifest is parsed);
+2. the manifest is read safely (size, nesting, duplicate keys), schema-valid, self-consistent (every field stated
+   twice says the same), and every path stays inside the bundle;
 3. every file matches the manifest's digest and no file is added or missing;
-4. the bundle was built for `target`;
-5. the parity verdict is `pass` and the bundle was published;
-6. the session opens on the target's own execution provider with every node on it. A bundle whose parity
+4. every file a graph refers to (external data, an EPContext binary) is a signed file inside the bundle;
+5. the bundle was built for `target`;
+6. the parity verdict is `pass` and the bundle was published;
+7. the session opens on the target's own execution provider with every node on it. A bundle whose parity
    was measured on an emulation (Ryzen AI, DirectML, CUDA verified on ORT CPU) is never run on the CPU
    under the target's label: without the target's EP on this host it is refused (EmulatedOnly).
 
@@ -88,15 +90,29 @@ def _check_files(bundle: Path, data: dict, verified: dict[str, str] | None = Non
         )
 
 
-def check_bundle(bundle: str | Path, public_key: str | Path, target: str) -> OpenedBundle:
-    """Run every gate check; return the opened bundle or raise the first failing check."""
+def _check_references(bundle: Path, data: dict) -> None:
+    from manifests.onnx_refs import reference_findings
+
+    found = [f for rel in sorted(data["files"]) if rel.endswith(".onnx") for f in reference_findings(bundle, rel, data["files"])]
+    if found:
+        raise BundleInvalid(f"{bundle}: a graph refers to bytes outside the signed bundle: " + "; ".join(found[:5]),
+                            "rebuild the bundle; a signed graph keeps its weights and context binaries inside it")
+
+
+def check_bundle(bundle: str | Path, public_key: str | Path, target: str | None = None) -> OpenedBundle:
+    """Run every gate check; return the opened bundle or raise the first failing check. `target` None: the bundle's
+    own target (read only after the signature verified)."""
     from exporter.targets import get_target
 
     bundle = Path(bundle)
+    if not (bundle / mf.MANIFEST).is_file():
+        raise BundleInvalid(f"{bundle / mf.MANIFEST} is missing: {bundle} is not an edge-export bundle",
+                            "point at a bundle directory (it holds manifest.json and model.sig)")
+    signed = verify_bundle(bundle, Path(public_key))  # reads every byte once, before any of them is trusted
     data = mf.load(bundle)
-    signed = verify_bundle(bundle, Path(public_key))  # reads every byte once; the file table is checked against its digests
     _check_files(bundle, data, signed)
-    want = get_target(target).name
+    _check_references(bundle, data)
+    want = get_target(target).name if target is not None else data["bundle"]["target"]
     built = data["bundle"]["target"]
     if built != want:
         raise TargetMismatch(

@@ -22,6 +22,8 @@ import html
 import json
 from pathlib import Path
 
+from exporter.errors import EdgeExportError
+
 ORDER = ("rejected", "missing-prerequisite", "attempted-failed", "unqualified", "functionally-qualified")
 PRECEDENCE = {s: i for i, s in enumerate(ORDER)}
 # which attempt of a target counts when several precisions were tried: the most advanced
@@ -161,6 +163,14 @@ def _plan_field(recipe, target_name: str) -> dict:
     return out
 
 
+def _manifest(bundle) -> dict:
+    """A bundle's manifest read safely (not yet trusted: only to tell a twin's build from a real one; the gate judges)."""
+    from exporter.safejson import load_json
+    from manifests.manifest import MAX_MANIFEST_BYTES
+
+    return load_json(Path(bundle) / "manifest.json", "the manifest", MAX_MANIFEST_BYTES)
+
+
 def _record_kind(rec: dict, twins: tuple[str, ...]) -> str:
     """"twin" for an attempt on a family's synthetic tiny checkpoint, else "real"."""
     from recipes import base_recipe
@@ -173,9 +183,9 @@ def _record_kind(rec: dict, twins: tuple[str, ...]) -> str:
         return "twin" if ck["twin"] else "real"
     if rec.get("status") == "verified" and rec.get("bundle"):
         try:
-            data = json.loads((Path(rec["bundle"]) / "manifest.json").read_text())
+            data = _manifest(rec["bundle"])
             return "twin" if data["checkpoint"].get("synthetic") else "real"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, EdgeExportError):
             return "real"  # unreadable: the gate will say why when the record is judged
     return "real"
 
@@ -188,8 +198,8 @@ def _checkpoint_field(real_records) -> str:
         pinned = ck.get("pinned")
         if pinned is None and r.get("status") == "verified" and r.get("bundle"):
             try:
-                pinned = json.loads((Path(r["bundle"]) / "manifest.json").read_text())["checkpoint"].get("pinned")
-            except (OSError, ValueError, KeyError, TypeError):
+                pinned = _manifest(r["bundle"])["checkpoint"].get("pinned")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, EdgeExportError):
                 pinned = None
         state = "pinned" if pinned or state == "pinned" else "present"
     return state

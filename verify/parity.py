@@ -128,7 +128,7 @@ def measure_stage(
             "teacher_forced_agreement": hits / len(ref_tokens),
             "greedy_prefix": prefix,
             "greedy_exact": free == ref_tokens,
-            "last_logits_cosine": cosine(ref_logits[-1], logits[-1]),
+            "last_logits_cosine": cosine(ref_logits[-1], logits[-1]),  # None when either is not finite
             "contexts": sorted(contexts),
         })
     res = StageResult(stage, provider, precision, thresholds.to_json())
@@ -182,6 +182,10 @@ def summarize(stages: list[StageResult]) -> dict:
     }
 
 
+def _f(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def markdown(summary: dict, title: str) -> str:
     lines = [f"# Parity: {title}", "", f"Verdict: **{summary['verdict'].upper()}**", ""]
     if summary.get("first_failure"):
@@ -193,17 +197,18 @@ def markdown(summary: dict, title: str) -> str:
         if has_decode(s):
             lines += [
                 f"Greedy decode over {d['steps']} steps on {d['prompts']} held-out prompts: teacher-forced agreement {d['token_agreement']:.3f}, "
-                f"shortest exact greedy prefix {d['min_greedy_prefix']}, all exact: {d['all_greedy_exact']}; logits vs HF min cosine {d['logits_vs_hf']['min_cosine']:.6f}.",
+                f"shortest exact greedy prefix {d['min_greedy_prefix']}, all exact: {d['all_greedy_exact']}; logits vs HF min cosine {_f(d['logits_vs_hf']['min_cosine'], '.6f')}.",
                 ""]
         else:
             lines += [f"Stateless graph on {d['prompts']} held-out inputs (no decode).", ""]
         lines += [
-            "| component | output | calls | min cosine | min PSNR dB | max abs |",
-            "|---|---|---|---|---|---|",
+            "| component | output | calls | non-finite calls | min cosine | min PSNR dB | max abs |",
+            "|---|---|---|---|---|---|---|",
         ]
         for comp, outs in s["outputs"].items():
             for out, m in outs.items():
-                psnr = "inf" if m["min_psnr_db"] is None else f"{m['min_psnr_db']:.1f}"
-                lines.append(f"| {comp} | {out} | {m['calls']} | {m['min_cosine']:.6f} | {psnr} | {m['max_abs']:.3g} |")
+                bad = (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
+                psnr = ("inf" if bad < m["calls"] else "-") if m["min_psnr_db"] is None else f"{m['min_psnr_db']:.1f}"
+                lines.append(f"| {comp} | {out} | {m['calls']} | {bad} | {_f(m['min_cosine'], '.6f')} | {psnr} | {_f(m['max_abs'], '.3g')} |")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -38,20 +38,34 @@ def _cases_for_stage(s: dict, th: dict) -> list[dict]:
     return cases
 
 
+def _bad_calls(m: dict) -> int:
+    return (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
+
+
 def _worst_per_component(s: dict) -> list[dict]:
+    """Per component, its worst output by each figure; a figure that is None because nothing finite was measured
+    counts as the worst of all (a None PSNR with finite calls is an exact match: infinite)."""
     rows = []
     for comp, outs in sorted(s["outputs"].items()):
         ran = {o: m for o, m in outs.items() if m["calls"]}
         if not ran:
             rows.append({"component": comp, "calls": 0})
             continue
-        psnr_out = min(ran, key=lambda o: math.inf if ran[o]["min_psnr_db"] is None else ran[o]["min_psnr_db"])
-        cos_out = min(ran, key=lambda o: ran[o]["min_cosine"])
+
+        def psnr_key(o):
+            v = ran[o]["min_psnr_db"]
+            return (math.inf if _bad_calls(ran[o]) < ran[o]["calls"] else -math.inf) if v is None else v
+
+        psnr_out = min(ran, key=psnr_key)
+        cos_out = min(ran, key=lambda o: -math.inf if ran[o]["min_cosine"] is None else ran[o]["min_cosine"])
+        mabs = [m["max_abs"] for m in ran.values() if m["max_abs"] is not None]
+        nonfinite = sum(_bad_calls(m) for m in ran.values())
         rows.append({
             "component": comp, "calls": max(m["calls"] for m in ran.values()),
             "min_cosine": ran[cos_out]["min_cosine"], "cosine_output": cos_out,
             "min_psnr_db": ran[psnr_out]["min_psnr_db"], "psnr_output": psnr_out,
-            "max_abs": max(m["max_abs"] for m in ran.values()),
+            "max_abs": max(mabs) if mabs and len(mabs) == len(ran) else None,
+            "nonfinite_calls": nonfinite,
             "psnr_distribution": (ran[psnr_out].get("distribution") or {}).get("psnr_db"),
             "quantiles": (ran[psnr_out].get("distribution") or {}).get("quantiles"),
         })
@@ -100,9 +114,9 @@ def _name(b: dict) -> str:
     return "/".join(str(c.get(k, "?")) for k in ("recipe", "target", "precision")) if c else b["bundle"]
 
 
-def _f(v) -> str:
+def _f(v, missing: str = "inf") -> str:
     if v is None:
-        return "inf"
+        return missing
     if isinstance(v, float):
         return f"{v:.6f}" if abs(v) < 10 and v != 0 and abs(v) >= 1e-3 else f"{v:.4g}"
     return str(v)
@@ -132,7 +146,7 @@ def render_markdown(rep: dict) -> str:
              "| bundle | verdict | audit | failing checks | worst final-stage cosine | token agreement |", "|---|---|---|---|---|---|"]
     for b in rep["bundles"]:
         last = b["stages"][-1] if b["stages"] else None
-        worst = min((r["min_cosine"] for r in last["components"] if r.get("calls")), default=None) if last else None
+        worst = min((r["min_cosine"] if r["min_cosine"] is not None else -1.0 for r in last["components"] if r.get("calls")), default=None) if last else None
         fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
         lines.append(f"| `{_name(b)}` | {b['verdict']} | {'✅ pass' if b['audit_ok'] else '❌ FAIL'} | {fails} | "
                      f"{_f(worst) if worst is not None else '—'} | {agreement(last)} |")
@@ -154,8 +168,11 @@ def render_markdown(rep: dict) -> str:
                     continue
                 ok = {c["figure"]: c["ok"] for c in output_checks(r, th)}
                 mark = lambda fig: "" if ok[fig] else " ❌"
-                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'])}{mark('min_cosine')} | "
-                             f"{_f(r['min_psnr_db'])}{mark('min_psnr_db')} | {_f(r['max_abs'])}{mark('max_abs')} | {r['psnr_output']} |")
+                nf = "n/a (NaN/Inf)"
+                psnr_missing = "inf" if r.get("nonfinite_calls", 0) < r["calls"] else nf
+                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'], nf)}{mark('min_cosine')} | "
+                             f"{_f(r['min_psnr_db'], psnr_missing)}{mark('min_psnr_db')} | {_f(r['max_abs'], nf)}{mark('max_abs')} | {r['psnr_output']}"
+                             + (f" ❌ {r['nonfinite_calls']} call(s) with NaN/Inf" if r.get("nonfinite_calls") else "") + " |")
         if b["placement"]:
             lines += ["", "Placement: " + "; ".join(
                 f"{p['component']} " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(p["share"].items())) for p in b["placement"])]

@@ -160,20 +160,24 @@ def _stage_section(st: dict) -> str:
     th, d = st["thresholds"], st["decode"]
     comps = st["components"]
     ran = [r for r in comps if r.get("calls")]
+    measured = [r for r in ran if r["min_cosine"] is not None and r["max_abs"] is not None]  # the rest: NaN/Inf only, flagged below
+    nonfinite = [r["component"] for r in ran if r.get("nonfinite_calls")]
     parts = [f'<h3>Stage <code>{escape(st["stage"])}</code> on {escape(st["provider"])} ({escape(st["precision"])}) {_badge(st["verdict"] == "pass")}</h3>',
              f'<p>{escape(decode_sentence(st))}</p>',
              '<div class="charts">',
              _bar_chart("Worst cosine per component, in nines (0.999 = 3)",
-                        [(r["component"], _nines(r["min_cosine"]), f"{r['cosine_output']}: {r['min_cosine']:.8f}") for r in ran],
-                        _nines(th["min_cosine"]), True, "nines", vmax=max([_nines(r["min_cosine"]) for r in ran] + [_nines(th["min_cosine"])]) * 1.1),
+                        [(r["component"], _nines(r["min_cosine"]), f"{r['cosine_output']}: {r['min_cosine']:.8f}") for r in measured],
+                        _nines(th["min_cosine"]), True, "nines", vmax=max([_nines(r["min_cosine"]) for r in measured] + [_nines(th["min_cosine"])]) * 1.1),
              _bar_chart("Worst PSNR per component (dB)",
-                        [(r["component"], r["min_psnr_db"], f"{r['psnr_output']}: {_fmt(r['min_psnr_db'])} dB") for r in ran],
+                        [(r["component"], r["min_psnr_db"], f"{r['psnr_output']}: {_fmt(r['min_psnr_db'])} dB") for r in measured],
                         th["min_psnr_db"], True, "dB"),
-             _box_chart("Per-call PSNR of the worst output (dB)", [(r["component"], r.get("psnr_distribution")) for r in ran],
-                        next((r.get("quantiles") for r in ran if r.get("quantiles")), None), th["min_psnr_db"]),
-             _bar_chart("Max abs error per component", [(r["component"], r["max_abs"], f"{r['max_abs']:.4g}") for r in ran],
+             _box_chart("Per-call PSNR of the worst output (dB)", [(r["component"], r.get("psnr_distribution")) for r in measured],
+                        next((r.get("quantiles") for r in measured if r.get("quantiles")), None), th["min_psnr_db"]),
+             _bar_chart("Max abs error per component", [(r["component"], r["max_abs"], f"{r['max_abs']:.4g}") for r in measured],
                         th["max_abs"], False, ""),
              "</div>"]
+    if nonfinite:
+        parts.append(f'<p class="fail">NaN or Inf in the artifact\'s outputs (a parity failure): {escape(", ".join(nonfinite))}</p>')
     never = [r["component"] for r in comps if not r.get("calls")]
     if never:
         parts.append(f'<p class="fail">never ran (not verified): {escape(", ".join(never))}</p>')
@@ -218,7 +222,7 @@ def render_html(rep: dict) -> str:
     rows = []
     for i, b in enumerate(rep["bundles"]):
         last = b["stages"][-1] if b["stages"] else None
-        worst = min((r["min_cosine"] for r in last["components"] if r.get("calls")), default=None) if last else None
+        worst = min((r["min_cosine"] if r["min_cosine"] is not None else -1.0 for r in last["components"] if r.get("calls")), default=None) if last else None
         fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
         rows.append(f'<tr><td><a href="#{_anchor(i)}">{escape(_name(b))}</a></td><td>{escape(str(b["cell"].get("format", "")))}</td>'
                     f'<td>{_badge(b["verdict"] == "pass", "pass", escape(str(b["verdict"])))}</td><td>{_badge(b["audit_ok"])}</td>'

@@ -36,17 +36,33 @@ def tightened(base: dict, extra: dict | None) -> dict:
     return out
 
 
+def _ok(value, threshold, op: str) -> bool:
+    """A figure meets a threshold; a missing or non-finite figure never does (NaN compares false both ways)."""
+    if value is None or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    return value >= threshold if op == ">=" else value <= threshold
+
+
 def output_checks(m: dict, th: dict) -> list[dict]:
-    """One output's recorded figures against the thresholds: cosine, PSNR (None = exact: infinite) and max abs."""
-    psnr = math.inf if m["min_psnr_db"] is None else m["min_psnr_db"]
-    return [
+    """One output's recorded figures against the thresholds: cosine, PSNR (None with finite calls = exact: infinite),
+    max abs, and (where recorded) that every call's output was finite where the reference is."""
+    nonfinite = (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
+    finite_calls = m["calls"] - nonfinite
+    psnr = m["min_psnr_db"]
+    if psnr is None:
+        psnr = math.inf if finite_calls > 0 else None
+    checks = [
         {"metric": "cosine", "figure": "min_cosine", "value": m["min_cosine"], "threshold": th["min_cosine"], "op": ">=",
-         "ok": m["min_cosine"] >= th["min_cosine"]},
+         "ok": _ok(m["min_cosine"], th["min_cosine"], ">=")},
         {"metric": "psnr_db", "figure": "min_psnr_db", "value": psnr, "threshold": th["min_psnr_db"], "op": ">=",
-         "ok": psnr >= th["min_psnr_db"]},
+         "ok": _ok(psnr, th["min_psnr_db"], ">=")},
         {"metric": "max_abs", "figure": "max_abs", "value": m["max_abs"], "threshold": th["max_abs"], "op": "<=",
-         "ok": m["max_abs"] <= th["max_abs"]},
+         "ok": _ok(m["max_abs"], th["max_abs"], "<=")},
     ]
+    if "nonfinite_calls" in m:  # recorded by builds since the non-finite rule; always judged for them
+        checks.append({"metric": "nonfinite", "figure": "nonfinite_calls", "value": nonfinite, "threshold": 0, "op": "<=",
+                       "ok": nonfinite == 0})
+    return checks
 
 
 def has_decode(stage: dict) -> bool:
@@ -68,7 +84,7 @@ def stage_failures(stage: dict, th: dict) -> list[dict]:
     d = stage["decode"]
     if not has_decode(stage):  # a stateless encoder: no tokens to judge
         return fails
-    if d["token_agreement"] < th["min_token_agreement"]:
+    if not _ok(d["token_agreement"], th["min_token_agreement"], ">="):
         fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",
                       "value": d["token_agreement"], "threshold": th["min_token_agreement"]})
     # a prompt near the largest bucket decodes fewer steps; its exact prefix is judged against those

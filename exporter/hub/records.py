@@ -74,12 +74,14 @@ def load_record(bundle: Path, public_key: Path | None) -> dict | None:
     path = record_path(bundle)
     if not path.is_file():
         return None
+    from exporter.safejson import JsonRefused, load_json
+
     try:
-        record = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RecordInvalid(f"{path} is not valid JSON ({e})", "delete it and rerun the validation") from None
-    if record.get("schema") != SCHEMA:
-        raise RecordInvalid(f"{path}: schema {record.get('schema')!r}, expected {SCHEMA}", "rerun the validation")
+        record = load_json(path, "the device-validation record", 64 << 20)
+    except JsonRefused as e:
+        raise RecordInvalid(e.message, "delete it and rerun the validation") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise RecordInvalid(f"{path}: schema {record.get('schema') if isinstance(record, dict) else None!r}, expected {SCHEMA}", "rerun the validation")
     if public_key is None:
         raise RecordInvalid(f"{path}: no public key to verify it with", "pass --public-key")
     verify_record(record, public_key)

@@ -1,0 +1,34 @@
+"""Checks on loaded weights before anything is exported from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exporter.errors import IntegrityError
+
+
+def non_finite(model) -> list[tuple[str, int, int]]:
+    """(tensor name, non-finite count, size) of every floating parameter or buffer holding NaN or +-Inf."""
+    import torch
+
+    found = []
+    modules = model.items() if isinstance(model, dict) else [("", model)]
+    for prefix, m in modules:
+        named = list(m.named_parameters()) + list(m.named_buffers()) if hasattr(m, "named_parameters") else []
+        for name, t in named:
+            if t is None or not t.is_floating_point() or t.device.type == "meta":
+                continue
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                found.append((f"{prefix}.{name}" if prefix else name, bad, t.numel()))
+    return found
+
+
+def check_finite(model, where: Path) -> None:
+    """Refuse a checkpoint with a NaN or infinite weight, naming the tensors (exit 5): an artifact built from it would
+    compute NaN, and a reference built from it could not tell."""
+    bad = non_finite(model)
+    if bad:
+        names = ", ".join(f"{n} ({k} of {size})" for n, k, size in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise IntegrityError(f"{where}: non-finite (NaN or Inf) weights in {names}",
+                             "the checkpoint is damaged or diverged in training: use a good snapshot (its pin names the digests)")
