@@ -180,11 +180,30 @@ def verify_bundle(bundle: Path, public_key: Path, signature_name: str = "model.s
         ).verify(bundle, sig)
     except Exception as e:  # model_signing raises ValueError and crypto errors alike
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        changed = unverified_differences(bundle, sig)
         raise SignatureError(
-            f"{sig}: signature verification failed ({detail})",
+            f"{sig}: signature verification failed ({detail})"
+            + (f"; compared with the digests the signature file lists (unverified, for diagnosis): {'; '.join(changed[:5])}" if changed else ""),
             "the bundle was altered after signing or signed by another key; rebuild it or use the signer's public key",
         ) from None
     return signed_digests(sig)
+
+
+def unverified_differences(bundle: Path, sig: Path) -> list[str]:
+    """Which files differ from the digests a signature file lists, read without trusting it (for the error message of
+    a failed verification only: which file was altered, added or removed)."""
+    from exporter.hashing import sha256_file
+
+    try:
+        listed = signed_digests(sig)
+    except Exception:  # noqa: BLE001 - a damaged signature file lists nothing usable
+        return []
+    if not listed:
+        return []
+    on_disk = {str(p.relative_to(bundle)) for p in Path(bundle).rglob("*") if p.is_file() and p.name != sig.name}
+    out = [f"{n}: missing" for n in sorted(set(listed) - on_disk)] + [f"{n}: added" for n in sorted(on_disk - set(listed))]
+    out += [f"{n}: content differs" for n in sorted(on_disk & set(listed)) if sha256_file(Path(bundle) / n) != listed[n]]
+    return out
 
 
 def signed_digests(sig: Path) -> dict[str, str]:
