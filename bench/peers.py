@@ -33,11 +33,9 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {bench!r})
 from scaling import recipe_for
-from exporter import versions
-from exporter.cache import StageCache
-from exporter.pipeline import Context, Reporter, stage_export, stage_quantize
+from exporter.backends import onnx_stages
+from exporter.pipeline import prepare
 from exporter.plan import make_plan
-from exporter.resolve import resolve
 from exporter.targets import get_target
 size, ckpt, cache, target, precision = sys.argv[1:6]
 recipe, tgt = recipe_for(size, Path(ckpt)), get_target(target)
@@ -46,13 +44,11 @@ for stage in ("quantize",):  # quantize afresh each run; the float export is cac
     shutil.rmtree(Path(cache) / stage, ignore_errors=True)
 if precision == "fp32":
     shutil.rmtree(cache, ignore_errors=True)
-ckpt_r = resolve(recipe, Path(cache), Path(ckpt))
-ctx = Context(recipe, tgt, plan, ckpt_r, StageCache(Path(cache)), Reporter(), versions.tool_versions())
-fp32 = stage_export(ctx)
-q, scheme = stage_quantize(ctx, fp32)
-print("RESULT=" + json.dumps({{"timings": ctx.timings, "hits": ctx.hits, "fp32": {{k: str(v) for k, v in fp32.items()}},
-                               "calibration": scheme.get("calibration") or {{}},
-                               "feeds": {{k: len(v) for k, v in (ctx._feeds or {{}}).items()}}}}))
+b = prepare(recipe, tgt, plan, Path(cache), Path(ckpt))
+fp32 = onnx_stages.export(b.backend, b)
+q, scheme, _ = onnx_stages.quantize(b.backend, b, fp32)
+print("RESULT=" + json.dumps({{"timings": b.log.timings, "hits": b.log.hits, "fp32": {{k: str(v) for k, v in fp32.items()}},
+                               "calibration": scheme.get("calibration") or {{}}, "feeds": scheme.get("calibration_samples")}}))
 """
 
 PLAIN_EXPORT = """

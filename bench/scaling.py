@@ -153,7 +153,7 @@ class Sampler:
         self._t.join()
 
     def reporter(self):
-        from exporter.pipeline import Reporter
+        from exporter.build import Reporter
 
         sampler = self
 

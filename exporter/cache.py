@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -81,3 +82,16 @@ class StageCache:
             }
             (tmp / DONE).write_text(json.dumps({"stage": stage, "key": k, "inputs": inputs, "files": files, "info": info}, indent=1, sort_keys=True))
         return StageResult(entry, k, False, info)
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Digest of edge-export's own sources: a code change invalidates every cached stage."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(p for pkg in ("exporter", "recipes", "calibration", "verify") for p in (root / pkg).rglob("*.py"))
+    return sha256_json({str(p.relative_to(root)): sha256_file(p) for p in files})
+
+
+def artifact_digest(entry: Path) -> str:
+    """Digest of a stage output: its entry file and every file beside it (e.g. a context .bin)."""
+    return sha256_json({p.name: sha256_file(p) for p in sorted(entry.parent.iterdir()) if p.is_file() and p.name != DONE})

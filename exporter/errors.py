@@ -118,7 +118,6 @@ def filesystem_error(e: OSError) -> FileSystemError | None:
 def filesystem_error_in(exc: BaseException) -> FileSystemError | None:
     """A FileSystemError for an exception that is, wraps, or reports (Rust's "(os error N)", Python's "[Errno N]") an
     OSError about a path: libraries such as safetensors raise their own types for a full disk."""
-    import errno
     import re
 
     seen = set()

@@ -336,7 +336,7 @@ def make_plan(
             name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
             artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
     memory = _memory(recipe, target, p, graphs, artifacts)
-    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target.accelerator.kind))
+    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
     kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing, verification=verification_plan(target))
     if memory["required_bytes"] > memory["budget_bytes"]:
         alt = memory["required_bytes_if_weights_shared"]

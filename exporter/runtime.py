@@ -41,6 +41,27 @@ def _ort():
     return onnxruntime
 
 
+def available_providers() -> set[str]:
+    """The execution providers ONNX Runtime offers on this host (plugin EPs such as onnxruntime-qnn included); empty
+    without onnxruntime. Cheap: nothing is imported that is not installed."""
+    import importlib.util
+
+    def has(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return False
+
+    if not has("onnxruntime"):
+        return set()
+    import onnxruntime
+
+    names = set(onnxruntime.get_available_providers())
+    if has("onnxruntime_qnn"):  # plugin EPs register devices rather than providers
+        names.add("QNNExecutionProvider")
+    return names
+
+
 def qnn_devices(ort):
     """Register the onnxruntime-qnn plugin EP (once per process) and return its devices."""
     try:

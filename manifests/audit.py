@@ -34,7 +34,6 @@ Checks, by id:
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,7 +266,10 @@ def _check_pins(data: dict, pins: dict[str, str], policy: Policy) -> Check:
     return Check("pins", True, f"{len(used)} tool versions equal the declared pins")
 
 
-ENTRY_SUFFIX = {"onnx": ".onnx", "qnn-context": ".onnx", "executorch": ".pte"}
+def _backend(data: dict):
+    from exporter import backends
+
+    return backends.find(data["bundle"]["format"])
 
 
 def _check_plan(data: dict) -> Check:
@@ -290,12 +292,11 @@ def _check_plan(data: dict) -> Check:
     for a in planned.values():
         if a.get("precision") != b["precision"] or a.get("format") != b["format"]:
             found.append(f"planned graph {a['graph_name']} is {a.get('precision')}/{a.get('format')}, the bundle is {b['precision']}/{b['format']}")
-    suffix = ENTRY_SUFFIX.get(b["format"])
-    for c in data["components"]:
-        if suffix and not c["entry"].endswith(suffix):
-            found.append(f"component {c['name']} entry {c['entry']} is not a {b['format']} artifact ({suffix})")
-        if b["format"] == "qnn-context" and not any(f.endswith(".bin") for f in c["files"]):
-            found.append(f"component {c['name']} carries no compiled context binary")
+    backend = _backend(data)
+    if backend is None:
+        found.append(f"format {b['format']!r} is not one this edge-export knows")
+    for c in data["components"] if backend else ():
+        found += backend.component_findings(c)
     if found:
         return Check("plan", False, "; ".join(found), "rebuild from the plan (edge-export recipe ...); a bundle must be what its plan says", tuple(found))
     return Check("plan", True, f"{b['precision']} / {b['format']}, {len(graphs)} graphs as planned")
@@ -309,25 +310,10 @@ def _emulation(data: dict) -> dict | None:
 def _check_placement(data: dict, policy: Policy) -> Check:
     emu = _emulation(data)
     ep = emu["provider"] if emu else data["target"]["execution_provider"]
-    found = []
-    for c in data["components"]:
-        pl = c.get("placement") or {}
-        by = pl.get("by_provider") or {}
-        if data["bundle"]["format"] == "executorch":
-            from exporter.backends.executorch_export import ALLOWED_UNDELEGATED
-
-            if not by.get("XnnpackBackend"):
-                found.append(f"{c['name']}: nothing delegated to XNNPACK")
-            odd = sorted(op for op in pl.get("not_delegated", {}) if op not in ALLOWED_UNDELEGATED)
-            if odd:
-                found.append(f"{c['name']}: operators outside the delegate that no allowed kernel covers: {odd}")
-            continue
-        if not by or not sum(by.values()):
-            found.append(f"{c['name']}: no placement recorded")
-            continue
-        off = {p: n for p, n in by.items() if p != ep and n}
-        if off:
-            found.append(f"{c['name']}: nodes off {ep}: " + ", ".join(f"{n} on {p}" for p, n in sorted(off.items())))
+    backend = _backend(data)
+    found = [] if backend else [f"format {data['bundle']['format']!r} is not one this edge-export knows"]
+    for c in data["components"] if backend else ():
+        found += backend.placement_findings(c, ep)
     if found:
         return Check("placement", False, "; ".join(found),
                      f"the artifact does not run fully on {ep}: fix the unsupported ops in the step module and rebuild", tuple(found))
@@ -337,8 +323,7 @@ def _check_placement(data: dict, policy: Policy) -> Check:
                      + (" (the policy requires placement on the target's EP)" if need else ""),
                      f"run the bundle through the gate on a {data['target']['name']} host with {emu['emulates']} and record its placement" if need else "",
                      ({"emulated_by": ep, "target_provider": emu["emulates"], "placement": "unqualified"},))
-    return Check("placement", True, f"every component entirely on {ep}" if data["bundle"]["format"] != "executorch"
-                 else "every program delegated to XNNPACK, the rest on allow-listed portable kernels")
+    return Check("placement", True, backend.placement_summary(ep))
 
 
 def _required_thresholds(recipe_name: str, precision: str, policy: Policy) -> dict | None:
@@ -354,12 +339,10 @@ def _required_thresholds(recipe_name: str, precision: str, policy: Policy) -> di
 
 
 def _final_provider(data: dict) -> str:
-    from exporter.backends.executorch_export import PROVIDER
-
-    if data["bundle"]["format"] == "executorch":
-        return PROVIDER
     emu = _emulation(data)
-    return emu["provider"] if emu else data["target"]["execution_provider"]
+    backend = _backend(data)
+    fallback = emu["provider"] if emu else data["target"]["execution_provider"]
+    return backend.final_provider(data, emu["provider"] if emu else None) if backend else fallback
 
 
 def _check_parity(data: dict, full: dict | None, unreadable: EdgeExportError | None, policy: Policy) -> Check:

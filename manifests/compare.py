@@ -8,12 +8,7 @@ Torch-free; reads manifests only (audit the bundles for integrity).
 from __future__ import annotations
 
 from manifests import manifest as mf
-from verify.thresholds import has_decode
-
-FIGURES = ("min_cosine", "min_psnr_db", "max_abs", "p05_cosine")
-DECODE_FIGURES = ("token_agreement", "min_greedy_prefix")
-HIGHER_IS_BETTER = {"min_cosine": True, "min_psnr_db": True, "max_abs": False, "p05_cosine": True,
-                    "token_agreement": True, "min_greedy_prefix": True}
+from verify.thresholds import figures, has_decode
 
 
 def _changed(a: dict, b: dict) -> list[dict]:
@@ -35,13 +30,15 @@ def _flatten(obj, prefix: str = "") -> dict:
     return {prefix.rstrip("."): obj}
 
 
-def _figure(old, new, metric: str) -> dict:
+def _figure(old, new, op: str) -> dict:
     delta = None if old is None or new is None else new - old
-    worse = None if delta is None else (delta < 0 if HIGHER_IS_BETTER[metric] else delta > 0) and abs(delta) > 1e-12
+    worse = None if delta is None else (delta < 0 if op == ">=" else delta > 0) and abs(delta) > 1e-12
     return {"old": old, "new": new, "delta": delta, "worse": worse}
 
 
 def _metrics(old_stages: list[dict], new_stages: list[dict]) -> list[dict]:
+    """Every figure the metrics table knows (verify.thresholds), per stage, component and output, old against new."""
+    output_figures, decode_figures = figures("output"), figures("decode")
     rows = []
     old_stages = {s["stage"]: s for s in old_stages}
     for s in new_stages:
@@ -52,15 +49,15 @@ def _metrics(old_stages: list[dict], new_stages: list[dict]) -> list[dict]:
         for comp, outs in s["outputs"].items():
             for out, m in outs.items():
                 om = o["outputs"].get(comp, {}).get(out, {})
-                for metric in FIGURES:
+                for metric, op in output_figures.items():
                     if metric in m or metric in om:
                         rows.append({"stage": s["stage"], "component": comp, "output": out, "metric": metric,
-                                     **_figure(om.get(metric), m.get(metric), metric)})
+                                     **_figure(om.get(metric), m.get(metric), op)})
         if not has_decode(s) and not has_decode(o):
             continue  # stateless encoders: no tokens on either side
-        for metric in DECODE_FIGURES:
+        for metric, op in decode_figures.items():
             rows.append({"stage": s["stage"], "component": "decode", "output": "tokens", "metric": metric,
-                         **_figure(o["decode"].get(metric), s["decode"].get(metric), metric)})
+                         **_figure(o["decode"].get(metric), s["decode"].get(metric), op)})
     return rows
 
 

@@ -209,7 +209,6 @@ def unverified_differences(bundle: Path, sig: Path) -> list[str]:
 def signed_digests(sig: Path) -> dict[str, str]:
     """The per-file SHA-256 of a model-signing signature's payload (call only after the signature verified)."""
     import base64
-    import json
 
     from exporter.safejson import loads
 

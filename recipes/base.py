@@ -72,24 +72,35 @@ class Component:
         return self.graph or f"{self.role}_ar{self.bucket.ar}_cl{self.bucket.context}"
 
 
-@dataclass(frozen=True)
 class Thresholds:
-    """Parity thresholds for one precision. Every metric is checked per output."""
+    """Parity thresholds of one precision: {metric: value}, each metric a row of verify/thresholds.py's table (per output:
+    cosine, PSNR, max abs; per decode run: token agreement, exact greedy prefix). A new metric is a new row there and a
+    value here, nothing else."""
 
-    min_cosine: float
-    min_psnr_db: float
-    max_abs: float
-    min_token_agreement: float  # teacher-forced top-1 agreement over the decode run
-    min_greedy_prefix: int  # free-running greedy tokens that must match torch exactly
+    def __init__(self, **values: float):
+        self._values = dict(values)  # every key a metric of the table (tests/test_units.py checks every recipe's)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Thresholds) and other._values == self._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items())))
+
+    def __repr__(self) -> str:
+        return "Thresholds(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
 
     def to_json(self) -> dict:
-        return {
-            "min_cosine": self.min_cosine,
-            "min_psnr_db": self.min_psnr_db,
-            "max_abs": self.max_abs,
-            "min_token_agreement": self.min_token_agreement,
-            "min_greedy_prefix": self.min_greedy_prefix,
-        }
+        return dict(self._values)
+
+    def replace(self, **changes: float) -> "Thresholds":
+        """A copy with `changes` applied (a metric set or changed)."""
+        return Thresholds(**{**self._values, **changes})
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ class Precision:
     name: str
     weights: str
     activations: str
-    method: str  # how it is produced; see IMPLEMENTED_METHODS for what the exporter builds today
+    method: str  # how it is produced in the generic ONNX formats; a backend may map a precision its own way
     description: str
     weight_bits: int
     act_bits: int  # width of activations and state buffers at run time
@@ -110,16 +121,6 @@ class Precision:
         scale = 16 / self.group_size if self.group_size else 0.0
         return (self.weight_bits + scale) / 8
 
-    def method_for(self, fmt: str) -> str | None:
-        """The method that produces this scheme as `fmt`, or None where no backend builds it yet. A format may
-        produce a precision its own way (Quark's A16W8 for a Ryzen AI QDQ model, ORT's QNN QDQ for an HTP one)."""
-        if fmt in FORMAT_METHODS:
-            return FORMAT_METHODS[fmt].get(self.name)
-        return self.method if self.method in IMPLEMENTED_METHODS.get(fmt, ()) else None
-
-    def implemented_for(self, fmt: str) -> bool:
-        """Whether the exporter produces this scheme in `fmt`."""
-        return self.method_for(fmt) is not None
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,8 @@ class Recipe:
     checkpoint_layout: Callable[[dict], CheckpointLayout] | None = field(default=None, compare=False)
     # components with some graphs cut into layer-range parts: {component name: [(start, end), ...]}
     components_for: Callable[[dict], tuple] | None = field(default=None, compare=False)
-    # "module:attr" of the build harness (load, step graphs, data, parity) for a non-LM-only family; None: the LM path
-    harness: str | None = None
+    # the family adapter (exporter/adapters/ registry key) that loads, feeds and judges this recipe; None: plan-only
+    adapter: str | None = None
     # multi-component families: the recipe of each buildable group (None where a prerequisite is missing)
     group_recipes: Callable[[], dict] | None = field(default=None, compare=False)
     group_missing: dict = field(default_factory=dict, compare=False)  # group -> (reason, fix)
@@ -166,10 +167,14 @@ class Recipe:
         return self.components_for(splits)
 
     def precisions_for(self, target, fmt: str | None = None) -> tuple[str, ...]:
-        """Precisions defined for `target`: by format (executorch), exact name, target family, accelerator kind."""
-        if fmt == "executorch":
-            return self.precisions.get(f"executorch:{target.accelerator.kind}", self.precisions.get("executorch", ()))
-        for key in (target.name, target.family, target.accelerator.kind):
+        """Precisions defined for `target` in format `fmt` (default: the target's first): keys qualified by the format
+        (`FORMAT:NAME`, `FORMAT:FAMILY`, `FORMAT:KIND`, `FORMAT`) first; for the target's default format also the plain
+        target name, target family and accelerator kind."""
+        fmt = fmt or target.formats[0]
+        keys = [f"{fmt}:{target.name}", f"{fmt}:{target.family}", f"{fmt}:{target.accelerator.kind}", fmt]
+        if fmt == target.formats[0]:
+            keys += [target.name, target.family, target.accelerator.kind]
+        for key in keys:
             if key in self.precisions:
                 return self.precisions[key]
         return ()
@@ -245,26 +250,6 @@ class Recipe:
 
         return sha256_json(self.to_json())
 
-
-# the methods each ONNX-based format builds with its precisions' own `method`
-IMPLEMENTED_METHODS: dict[str, frozenset[str]] = {
-    "onnx": frozenset({"float", "ort-dynamic", "ort-qdq-static", "fp16-convert", "nncf-int4", "nncf-int8-wo"}),
-    # NNCF's weight-only DequantizeLinear does not run on QNN (DESIGN.md); fp16 on HTP is not built yet
-    "qnn-context": frozenset({"float", "ort-dynamic", "ort-qdq-static"}),
-}
-# formats whose backend maps precisions to methods of its own
-FORMAT_METHODS: dict[str, dict[str, str]] = {
-    # exporter/backends/executorch_export.py: fp32; int8 through PT2E; 8da4w through torchao
-    "executorch": {"fp32": "float", "int8": "pt2e-int8", "8da4w": "torchao-8da4w"},
-    # exporter/backends/ryzenai.py: AMD Quark presets, calibrated on the build's calibration set
-    "ryzenai-qdq": {"xint8": "quark-xint8", "w8a8": "quark-a8w8", "w8a16": "quark-a16w8", "bf16": "quark-bf16"},
-}
-# methods whose quantizer runs calibration feeds through the float graphs
-CALIBRATED_METHODS = frozenset({"ort-qdq-static", "quark-xint8", "quark-a8w8", "quark-a16w8", "quark-bf16"})
-# python modules a method needs at build time (checked by the plan)
-METHOD_MODULES = {"nncf-int4": ("nncf",), "nncf-int8-wo": ("nncf",), "quark-xint8": ("quark",), "quark-a8w8": ("quark",),
-                  "quark-a16w8": ("quark",), "quark-bf16": ("quark",)}
-EXECUTORCH_PRECISIONS = frozenset(FORMAT_METHODS["executorch"])
 
 PRECISIONS: dict[str, Precision] = {
     p.name: p

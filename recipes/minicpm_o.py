@@ -236,7 +236,7 @@ def _group_recipe(cfg: dict, pin: CheckpointPin | None, name: str, group: str, b
     costs = group_costs(cfg)
     common = dict(family="minicpm-o", architecture="MiniCPMO", pin=pin, model_config=cfg, cost=costs[group], blocked=blocked,
                   quant_options=QUANT_OPTIONS,
-                  harness=f"exporter.multimodal:{group.replace('-', '_')}",
+                  adapter=f"minicpm-o.{group}",
                   variant_for=lambda c, p=None, g=group, n=name: for_checkpoint(c, n, p).group_recipes()[g], checkpoint_layout=tensor_layout,
                   **({"blocked_fix": blocked_fix} if blocked_fix else {}))
     if group == "vision":

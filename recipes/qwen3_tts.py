@@ -22,7 +22,7 @@ codec vocab 3072; 16 code groups (config values from third-party copies of the r
 from __future__ import annotations
 
 from recipes.base import Bucket, plan_only
-from recipes.cost import CostModel, GraphCost, decoder_graphs, encoder_graph, kv_state
+from recipes.cost import CostModel, GraphCost, encoder_graph, kv_state
 from recipes.shapes import qwen3_tensor_shapes, split_by_layer
 
 TEXT_VOCAB, TEXT_HIDDEN, CODEC_VOCAB, CODE_GROUPS, CODEBOOK = 151936, 2048, 3072, 16, 2048

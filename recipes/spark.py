@@ -189,6 +189,7 @@ def make_recipe(cfg: dict, pin: CheckpointPin | None, name: str, blocked: str | 
         **({"blocked_fix": blocked_fix} if blocked_fix else {}),
         synthesize=synth,
         variant_for=for_checkpoint,
+        adapter="decoder-lm",
         checkpoint_layout=tensor_layout,
         components_for=lambda splits, cfg=cfg: components(cfg, splits),
         quant_options=QUANT_OPTIONS,

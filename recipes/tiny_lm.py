@@ -105,5 +105,6 @@ RECIPE = Recipe(
         shares_weights=False,
     ),
     synthesize=synthesize,
+    adapter="decoder-lm",
     checkpoint_layout=lambda cfg: CheckpointLayout(qwen3_tensor_shapes(cfg)),
 )

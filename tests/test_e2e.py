@@ -108,7 +108,7 @@ def test_parity_failure_publishes_nothing_and_names_the_stage(built, out_root):
     from exporter.targets import get_target
     from recipes.tiny_lm import RECIPE
 
-    strict = replace(RECIPE.thresholds["int8"], min_cosine=0.999999)
+    strict = RECIPE.thresholds["int8"].replace(min_cosine=0.999999)
     recipe = replace(RECIPE, thresholds={**RECIPE.thresholds, "int8": strict})
     out = out_root / "strict"
     r = build_one(recipe, get_target("cpu"), "int8", out, cache_root=out_root / ".cache")

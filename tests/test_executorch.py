@@ -98,7 +98,7 @@ def test_unknown_kernel_library_in_a_manifest_is_refused():
 
 
 def test_qnn_delegate_is_a_precise_prerequisite_record(tmp_path, monkeypatch):
-    from exporter.prereq import EXECUTORCH_QAIRT, executorch_qnn_missing
+    from exporter.backends.executorch_format import EXECUTORCH_QAIRT, executorch_qnn_missing
 
     # the version is the one the installed executorch says it is built against
     from executorch.backends.qualcomm.scripts import download_qnn_sdk

@@ -40,20 +40,19 @@ def test_workers_setting(monkeypatch):
 
 
 def _export(tmp: Path, monkeypatch, workers: str) -> dict[str, bytes]:
-    from exporter import versions
-    from exporter.cache import StageCache
-    from exporter.pipeline import Context, Reporter, stage_export
+    from exporter.backends import onnx_stages
+    from exporter.build import Reporter
+    from exporter.pipeline import prepare
     from exporter.plan import make_plan
-    from exporter.resolve import resolve
     from exporter.targets import get_target
     from recipes import get_recipe
 
     monkeypatch.setenv(forked.WORKERS_ENV, workers)
     recipe, target = get_recipe("tiny-lm"), get_target("cpu")
     plan = make_plan(recipe, target, "fp32", None, None, None)
-    ctx = Context(recipe, target, plan, resolve(recipe, tmp), StageCache(tmp), Reporter(), versions.tool_versions())
-    paths = stage_export(ctx)
-    assert not any(ctx.hits.values())
+    build = prepare(recipe, target, plan, tmp)
+    paths = onnx_stages.export(build.backend, build)
+    assert not any(build.log.hits.values())
     stages = []
 
     class Seen(Reporter):
@@ -61,8 +60,8 @@ def _export(tmp: Path, monkeypatch, workers: str) -> dict[str, bytes]:
             stages.append(detail)
             return super().stage(name, detail)
 
-    ctx.reporter = Seen()
-    assert stage_export(ctx) == paths and all(ctx.hits.values())  # the second time, every graph is a cache hit
+    build.log.reporter = Seen()
+    assert onnx_stages.export(build.backend, build) == paths and all(build.log.hits.values())  # the second time, every graph is a cache hit
     assert not any("forked" in d for d in stages)
     return {f"{n}/{f.name}": f.read_bytes() for n, p in paths.items() for f in sorted(p.parent.iterdir())}
 

@@ -44,21 +44,17 @@ def test_the_model_is_released_after_verify(tmp_path):
     sign); nothing else may keep it alive, and asking for it again is an error, not a silent reload."""
     import weakref
 
-    from exporter import versions
-    from exporter.cache import StageCache
-    from exporter.pipeline import Context, Reporter
+    from exporter.pipeline import prepare
     from exporter.plan import make_plan
-    from exporter.resolve import resolve
     from exporter.targets import get_target
     from recipes import get_recipe
 
     recipe, target = get_recipe("tiny-lm"), get_target("cpu")
-    ctx = Context(recipe, target, make_plan(recipe, target, "fp32", None, None, None), resolve(recipe, tmp_path),
-                  StageCache(tmp_path), Reporter(), versions.tool_versions())
-    model = weakref.ref(ctx.model())
-    ctx.memo["reference"] = [ctx.model()]  # what a harness keeps: its reference holds the model too
+    adapter = prepare(recipe, target, make_plan(recipe, target, "fp32", None, None, None), tmp_path / "cache").adapter
+    model = weakref.ref(adapter.model())
+    adapter.once("reference", lambda: [adapter.model()])  # what an adapter keeps: its reference holds the model too
     assert model() is not None
-    ctx.release_model()
+    adapter.release()
     assert model() is None
     with pytest.raises(RuntimeError, match="released after verify"):
-        ctx.model()
+        adapter.model()

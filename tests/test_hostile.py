@@ -96,7 +96,7 @@ def test_non_finite_outputs_fail_parity_by_name_and_no_metric_hides_them():
 
     comps = [{"name": "enc", "inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}]
     res = measure_encoder_stage("quantized", "CPUExecutionProvider", "int8", {"enc": Runner()}, comps, [{"x": np.ones((1, 4), np.float32)}],
-                                lambda c, f: {"y": np.ones((1, 4), np.float32)}, Thresholds(0.99, 30.0, 1.0, 0.0, 0))
+                                lambda c, f: {"y": np.ones((1, 4), np.float32)}, Thresholds(min_cosine=0.99, min_psnr_db=30.0, max_abs=1.0))
     assert not res.passed and {"stage": "quantized", "component": "enc", "output": "y", "metric": "nonfinite", "value": 1,
                                "threshold": 0} in res.failures
     assert "nonfinite" in [f["metric"] for f in stage_failures(res.to_json(), res.thresholds)]  # the audit re-judges the same
@@ -137,7 +137,8 @@ def _dead_owner() -> str:
 
 def test_staging_and_superseded_directories_are_never_bundles_and_are_swept(built, tmp_path, dev_keys):
     out = tmp_path / "out"
-    shutil.copytree(built[("cpu", "fp32")].bundle.parent.parent.parent, out, ignore=shutil.ignore_patterns(".cache", ".locks"))
+    # the tiny-lm bundles only: other tests write their own cells under the shared output root
+    shutil.copytree(built[("cpu", "fp32")].bundle.parent.parent, out / "tiny-lm", ignore=shutil.ignore_patterns(".cache", ".locks"))
     cell = out / "tiny-lm" / "cpu-x86-linux"
     dead = _dead_owner()
     # what a build killed during sign (a complete, valid bundle in staging) and between the two renames leaves
@@ -342,7 +343,7 @@ def test_a_crafted_manifest_is_refused_precisely_everywhere(built, tmp_path, dev
     res = {Path(b["bundle"]).name: b for b in json.loads(p.stdout)["bundles"]}
     assert p.returncode == 7 and res["good"]["ok"] and not res["fp32"]["ok"]
     assert says in json.dumps(res["fp32"]["checks"])
-    p = _cli("report", tmp_path / case, "--public-key", dev_keys.public, "--format", "md")
+    p = _cli("report", tmp_path / case, "--public-key", dev_keys.public, "--as", "md")
     _no_traceback(p)
     assert p.returncode == 0
     from exporter.errors import IntegrityError
@@ -416,7 +417,7 @@ def test_os_errors_name_the_path_and_exit_9(tmp_path, built, dev_keys):
     p = _cli("recipe", "tiny-lm", "--target", "cpu", "-p", "fp32", "--out", f)
     _no_traceback(p)
     assert p.returncode == 9 and str(f) in p.err and "fix:" in p.err
-    p = _cli("report", built[("cpu", "fp32")].bundle, "--public-key", dev_keys.public, "--format", "md", "--output", f / "report.md")
+    p = _cli("report", built[("cpu", "fp32")].bundle, "--public-key", dev_keys.public, "--as", "md", "--output", f / "report.md")
     _no_traceback(p)
     assert p.returncode == 9 and str(f) in p.err
 

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-from exporter.pipeline import host_abi
+from exporter.hostinfo import host_abi
 from manifests import manifest
 from manifests.records import read_records, write_record
 from manifests.signing import sign_bundle
@@ -49,7 +49,7 @@ def test_sixty_cells_show_what_the_real_size_plans_know_before_any_record(tmp_pa
     page = render_html(m)
     assert "<table>" in page and "#f4c7c3" in page and 'href="#qwen3.8-27b--galaxy-s25"' in page
     assert (tmp_path / "qwen3.8-27b" / "sm8750" / "w4a16.record.json").resolve().as_uri() in page
-    p = subprocess.run([sys.executable, "-m", "exporter", "matrix", "--out", str(tmp_path), "--format", "json"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "exporter", "matrix", "--out", str(tmp_path), "--as", "json"], capture_output=True, text=True)
     assert p.returncode == 0 and json.loads(p.stdout)["counts"]["rejected"] == m["counts"]["rejected"]
 
 

@@ -100,7 +100,7 @@ def test_a_checkpoint_of_another_layout_is_refused_by_name(tiny_ckpt, tmp_path):
              "--out", str(tmp_path / "o"), "--allow-unpinned")
     assert p.returncode == 5 and "resampler.proj" in " ".join(p.stderr.split()), p.stderr[-2000:]
     rec = json.loads((tmp_path / "o" / "minicpm-o.vision" / "cpu-x86-linux" / "fp32.record.json").read_text())
-    assert rec["status"] == "failed" and rec["stage"] == "export"
+    assert rec["status"] == "failed" and rec["stage"] == "load"  # the loader named the missing tensor
 
 
 def _manifest(root, group, target, precision):
@@ -204,18 +204,20 @@ def test_image_and_audio_prompts_through_the_exported_chain(mo_root, tiny_ckpt, 
 
 
 def test_matrix_and_audit_read_the_groups(mo_root, dev_keys):
-    p = _cli("matrix", "--out", str(mo_root), "--format", "json", "--public-key", str(dev_keys.public))
+    p = _cli("matrix", "--out", str(mo_root), "--as", "json", "--public-key", str(dev_keys.public))
     cells = [c for c in json.loads(p.stdout)["cells"] if c["family"] == "minicpm-o" and c["route"] == "qcs6490"]
     (t,) = [t for d in cells[0]["deployments"] for t in d["targets"]]
-    by = {g["group"]: g["status"] for g in t["groups"]}
+    by = {g["group"]: g["status"] for g in t["toolchain"]["groups"]}  # the twin's groups: what the toolchain built
     assert by == {"vision": "unqualified", "audio": "unqualified", "language": "unqualified", "speech-decoder": "unqualified",
                   "flow-vocoder": "missing-prerequisite"}
-    assert t["status"] == "missing-prerequisite"  # a deployment needs every group
+    assert t["toolchain"]["status"] == "missing-prerequisite"  # a deployment needs every group
+    assert t["device"]["status"] == "none" and t["checkpoint"] == "missing"  # every record is the twin's, the missing group's too
+    assert t["status"] == "rejected" and t["plan"]["code"] == "capacity"  # the real-size language model does not fit qcs6490
     p = _cli("audit", *[str(mo_root / f"minicpm-o.{g}" / "qcs6490" / "w8a16") for g in GROUPS], "--public-key", str(dev_keys.public))
     assert p.returncode == 0, p.stderr[-2000:]
     for fmt in ("md", "junit", "html"):  # stateless stages report their per-output figures and no token cases
         out = mo_root / f"report.{fmt}"
-        p = _cli("report", *[str(mo_root / f"minicpm-o.{g}" / "qcs6490" / "w8a16") for g in ("vision", "language")], "--format", fmt,
+        p = _cli("report", *[str(mo_root / f"minicpm-o.{g}" / "qcs6490" / "w8a16") for g in ("vision", "language")], "--as", fmt,
                  "--output", str(out), "--public-key", str(dev_keys.public))
         assert p.returncode == 0, p.stderr[-2000:]
     md = (mo_root / "report.md").read_text()

@@ -32,7 +32,7 @@ def bundles(built, tmp_path, dev_keys):
 
 
 def _report(root, fmt, dev_keys, *extra):
-    p = subprocess.run([EXE, "report", str(root), "--format", fmt, "--public-key", str(dev_keys.public), *extra], capture_output=True, text=True)
+    p = subprocess.run([EXE, "report", str(root), "--as", fmt, "--public-key", str(dev_keys.public), *extra], capture_output=True, text=True)
     return p
 
 

@@ -112,3 +112,48 @@ def test_schema_rejects_traversal_in_file_list():
     schema = mf.schema()
     assert schema["properties"]["schema_version"]["const"] == mf.SCHEMA_VERSION
     json.dumps(schema)
+
+
+def test_every_recipe_threshold_is_a_row_of_the_metric_table():
+    from recipes import get_recipe, recipe_names
+    from verify.thresholds import METRICS, TABLE
+
+    for name in recipe_names():
+        r = get_recipe(name)
+        units = [r] + [g for g in (r.group_recipes() if r.group_recipes else {}).values() if g is not None]
+        for u in units:
+            for precision, th in u.thresholds.items():
+                assert set(th.to_json()) <= set(METRICS), (u.name, precision)
+    assert all(m.op in (">=", "<=") and m.scope in ("output", "decode") for m in TABLE.values())
+
+
+def test_a_new_metric_is_one_row_and_is_judged_everywhere(monkeypatch):
+    """A metric added to the table (here an output's mean absolute error) is judged by the build's and the audit's
+    shared functions without touching them."""
+    from verify import thresholds as t
+
+    from manifests.compare import _metrics
+    from verify.report import _cases_for_stage, _worst_per_component, render_markdown
+
+    monkeypatch.setitem(t.TABLE, "max_mean_abs", t.Metric("max_mean_abs", "output", "<=", "mean_abs", "mean_abs", "mean abs error",
+                                                         lambda m: m.get("mean_abs")))
+    monkeypatch.setattr(t, "METRICS", tuple(t.TABLE))
+    m = {"calls": 3, "min_cosine": 0.999, "min_psnr_db": 40.0, "max_abs": 0.1, "mean_abs": 0.05}
+    assert [c["metric"] for c in t.output_checks(m, {"min_cosine": 0.99, "max_mean_abs": 0.01}) if not c["ok"]] == ["mean_abs"]
+    assert t.looser_than({"max_mean_abs": 0.1}, {"max_mean_abs": 0.01}) == [{"metric": "max_mean_abs", "recorded": 0.1, "required": 0.01}]
+    # the build's stage judgement, the report's cases, columns and worst-per-component rows, and compare's figures
+    th = {"min_cosine": 0.99, "max_mean_abs": 0.01}
+    stage = {"stage": "quantized", "provider": "CPUExecutionProvider", "precision": "int8", "verdict": "fail", "thresholds": th,
+             "outputs": {"g": {"logits": m, "hidden": {**m, "mean_abs": 0.002}}}, "decode": {"applicable": False, "prompts": 2}}
+    assert [(f["output"], f["metric"]) for f in t.stage_failures(stage, th)] == [("logits", "mean_abs")]
+    assert {c["name"]: c["ok"] for c in _cases_for_stage(stage, th)} == {
+        "g.hidden.min_cosine": True, "g.hidden.mean_abs": True, "g.logits.min_cosine": True, "g.logits.mean_abs": False}
+    (row,) = _worst_per_component(stage)
+    assert row["mean_abs"] == 0.05 and row["worst_output"]["mean_abs"] == "logits"
+    md = render_markdown({"summary": {"bundles": 1, "failing": []}, "policy": {"name": "release", "source": "built-in"}, "bundles": [
+        {"cell": None, "bundle": "b", "verdict": "fail", "audit_ok": False, "checks": [], "placement": [],
+         "stages": [{**stage, "components": [row], "cases": []}]}]})
+    assert "mean abs error (≤ 0.01)" in md and "| 0.050000 ❌ |" in md
+    old = {**stage, "outputs": {"g": {"logits": {**m, "mean_abs": 0.04}}}}
+    changed = {r["metric"]: r["worse"] for r in _metrics([old], [stage]) if r["output"] == "logits" and r["delta"]}
+    assert changed == {"mean_abs": True}

@@ -134,41 +134,36 @@ def open_session(bundle: str | Path, public_key: str | Path, target: str, compon
                  ep_cache: str | Path | None = None):
     """Verify `bundle` and return a loaded `component`: an onnxruntime.InferenceSession, or for an
     ExecuTorch bundle a loaded program's ``forward`` behind the same ``run(output_names, feeds)`` call."""
-    from exporter.runtime import open_session as _open
+    from exporter.loaders import is_program, open_graph
 
     opened = check_bundle(bundle, public_key, target)
     comp = opened.component(component)
     entry = mf.safe_relpath(opened.path, comp["entry"])
-    if opened.manifest["bundle"]["format"] == "executorch":
-        from exporter.backends.executorch_export import PteRunner
-
-        # loaded with Verification.InternalConsistency; the digest check above already covered the bytes
-        return PteRunner(entry, [t["name"] for t in comp["inputs"]], [t["name"] for t in comp["outputs"]], comp.get("kernel_libraries", ()))
     target_json = opened.manifest["target"]
     ep = target_json["execution_provider"]
-    options = _provider_options(opened, ep_cache)
     v = opened.manifest.get("verification", {})
-    if v.get("emulated") and v.get("emulates") == ep and not _has_provider(ep):
+    if not is_program(entry) and v.get("emulated") and v.get("emulates") == ep and not _has_provider(ep):
         raise EmulatedOnly(
             f"{opened.path}: parity was measured on {v.get('provider')} as an emulation of {ep} ({v.get('note')}); this host has no {ep}, "
             f"and a {target_json['name']} artifact is not run on the CPU under that label",
             f"open it on a {target_json['name']} host with {ep} installed, or build for a CPU target (edge-export recipe "
             f"{opened.manifest['bundle']['recipe']} --target cpu) to run on the CPU",
         )
-    sess, placement = _open(entry, target_json, threads=threads, provider_options=options)
-    off = placement.nodes_not_on(ep)
+    # a program is loaded with Verification.InternalConsistency; the digest check above already covered the bytes
+    runner, placement = open_graph(entry, comp, target_json, threads=threads, provider_options=_provider_options(opened, ep_cache))
+    off = placement.nodes_not_on(ep) if placement is not None else []
     if off:
         raise PlacementError(
             f"{entry}: nodes not on {ep}: {off[:10]}",
             "the artifact does not run fully on the declared accelerator",
         )
-    return sess
+    return runner
 
 
 def _has_provider(ep: str) -> bool:
-    from exporter.prereq import _providers
+    from exporter.runtime import available_providers
 
-    return ep in _providers()
+    return ep in available_providers()
 
 
 def _provider_options(opened: OpenedBundle, ep_cache: str | Path | None) -> dict:

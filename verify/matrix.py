@@ -219,7 +219,7 @@ def _toolchain(name: str, twin_records, target: str, out_root: Path, public_key,
     status = {"unqualified": "verified", "functionally-qualified": "verified"}.get(best["status"], best["status"])
     when = next((r.get("time") for p, r in twin_records if str(p) == best.get("record")), None)
     return {"status": status, "detail": best["detail"], "record": best.get("record"), "precision": best.get("precision"), "time": when,
-            "stage": best.get("stage"), "next_repair": best.get("next_repair")}
+            "stage": best.get("stage"), "next_repair": best.get("next_repair"), **({"groups": best["groups"]} if "groups" in best else {})}
 
 
 def _target_cell(fam: str, recipe, target: str, out_root: Path, public_key, records, groups) -> dict:

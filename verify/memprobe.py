@@ -38,30 +38,27 @@ def _reset_peak() -> bool:
         return False
 
 
-def _openers(spec: dict):
+def _opener(spec: dict):
     """Import the runtime (before the baseline: its import is not the graphs' cost) and return an opener."""
-    if spec.get("format") == "executorch":
+    from exporter.loaders import is_program, open_graph, register_kernels
+
+    comps = {c["name"]: c for c in spec["components"]}
+    if any(is_program(p) for p in spec["graphs"].values()):
         import executorch.runtime  # noqa: F401
 
-        from exporter.backends.executorch_export import PteRunner, register_kernels
-
-        comps = {c["name"]: c for c in spec["components"]}
         register_kernels(sorted({k for c in comps.values() for k in c.get("kernel_libraries", ())}))
-        return lambda name, path: PteRunner(Path(path), [t["name"] for t in comps[name]["inputs"]], comps[name]["outputs"], comps[name].get("kernel_libraries", ()))
-    import onnxruntime  # noqa: F401
-
-    from exporter.runtime import open_session
-
+    else:
+        import onnxruntime  # noqa: F401
     libs = tuple(spec.get("custom_ops", ()))
-    return lambda name, path: open_session(path, spec["target"], custom_ops=libs)[0]
+    return lambda name, path: open_graph(path, comps[name], spec["target"], custom_ops=libs)[0]
 
 
 def probe(spec: dict) -> dict:
     import numpy as np
 
-    from exporter.backends.executorch_export import PROVIDER as ET_PROVIDER
+    from exporter.loaders import provider_of
 
-    open_graph = _openers(spec)
+    open_graph = _opener(spec)
     baseline = _status("VmRSS")
     reset = _reset_peak()
     sessions = {name: open_graph(name, path) for name, path in spec["graphs"].items()}
@@ -80,7 +77,7 @@ def probe(spec: dict) -> dict:
         "session_peak_bytes": after_open - baseline,
         "run_peak_bytes": after_run - baseline,
         "state_buffers_bytes": state_bytes,
-        "provider": ET_PROVIDER if spec.get("format") == "executorch" else spec["target"]["execution_provider"],
+        "provider": provider_of(next(iter(spec["graphs"].values())), spec["target"]),
     }
 
 
@@ -88,14 +85,13 @@ _PROBE = "import json, sys; from pathlib import Path; from verify.memprobe impor
 
 
 def measure(graphs: dict[str, Path], components: list[dict], target: dict, state_layout: dict, timeout_s: int = 300,
-            fmt: str = "onnx", custom_ops: tuple[str, ...] = ()) -> dict:
+            custom_ops: tuple[str, ...] = ()) -> dict:
     """Run the probe in a child process (a clean heap) and return its report; a failure is reported, not raised."""
     import tempfile
 
     spec = {
-        "format": fmt,
         "graphs": {k: str(v) for k, v in graphs.items()},
-        "components": [{"name": c["name"], "inputs": c["inputs"], "outputs": [t["name"] for t in c["outputs"]],
+        "components": [{"name": c["name"], "inputs": c["inputs"], "outputs": c["outputs"],
                         "kernel_libraries": list(c.get("kernel_libraries", ()))} for c in components],
         "target": target,
         "state_buffers": state_layout.get("buffers", []),

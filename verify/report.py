@@ -8,17 +8,14 @@ against its threshold is one case. Torch-free and numpy-free.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
-from verify.thresholds import has_decode
+from verify.thresholds import TABLE, decode_checks, has_decode, output_checks, output_metrics
 
 
-FORMATS = ("html", "md", "json", "junit")
+OP_SYMBOL = {">=": "≥", "<=": "≤"}
 
 def _cases_for_stage(s: dict, th: dict) -> list[dict]:
-    from verify.thresholds import output_checks
-
     cases = []
     for comp, outs in sorted(s["outputs"].items()):
         for out, m in sorted(outs.items()):
@@ -27,14 +24,9 @@ def _cases_for_stage(s: dict, th: dict) -> list[dict]:
                 continue
             cases += [{"name": f"{comp}.{out}.{c['figure']}", "ok": c["ok"], "value": c["value"], "threshold": c["threshold"], "op": c["op"]}
                       for c in output_checks(m, th)]
-    d = s["decode"]
-    if not has_decode(s):  # a stateless encoder: no tokens to judge
-        return cases
-    cases.append({"name": "decode.token_agreement", "ok": d["token_agreement"] >= th["min_token_agreement"],
-                  "value": d["token_agreement"], "threshold": th["min_token_agreement"], "op": ">="})
-    short = min((p["greedy_prefix"] - min(th["min_greedy_prefix"], p["steps"]) for p in d["per_prompt"]), default=0)
-    cases.append({"name": "decode.greedy_prefix", "ok": short >= 0, "value": d["min_greedy_prefix"],
-                  "threshold": th["min_greedy_prefix"], "op": ">="})
+    if has_decode(s):  # a stateless encoder has no tokens to judge
+        cases += [{"name": f"decode.{c['metric']}", "ok": c["ok"], "value": c["value"], "threshold": c["threshold"], "op": c["op"]}
+                  for c in decode_checks(s["decode"], th)]
     return cases
 
 
@@ -43,32 +35,34 @@ def _bad_calls(m: dict) -> int:
 
 
 def _worst_per_component(s: dict) -> list[dict]:
-    """Per component, its worst output by each figure; a figure that is None because nothing finite was measured
-    counts as the worst of all (a None PSNR with finite calls is an exact match: infinite)."""
+    """Per component, its worst output by each per-output figure of the metrics table; a figure that is None because
+    nothing finite was measured counts as the worst of all (a None PSNR with finite calls is an exact match: infinite)."""
     rows = []
     for comp, outs in sorted(s["outputs"].items()):
         ran = {o: m for o, m in outs.items() if m["calls"]}
         if not ran:
             rows.append({"component": comp, "calls": 0})
             continue
+        row = {"component": comp, "calls": max(m["calls"] for m in ran.values()),
+               "nonfinite_calls": sum(_bad_calls(m) for m in ran.values()), "worst_output": {}}
+        for x in TABLE.values():
+            if x.scope != "output" or not all(x.figure in m for m in ran.values()):
+                continue
+            worst_value = -math.inf if x.op == ">=" else math.inf
 
-        def psnr_key(o):
-            v = ran[o]["min_psnr_db"]
-            return (math.inf if _bad_calls(ran[o]) < ran[o]["calls"] else -math.inf) if v is None else v
+            def key(o, x=x, worst_value=worst_value):
+                v = x.read(ran[o])
+                return worst_value if v is None else v
 
-        psnr_out = min(ran, key=psnr_key)
-        cos_out = min(ran, key=lambda o: -math.inf if ran[o]["min_cosine"] is None else ran[o]["min_cosine"])
-        mabs = [m["max_abs"] for m in ran.values() if m["max_abs"] is not None]
-        nonfinite = sum(_bad_calls(m) for m in ran.values())
-        rows.append({
-            "component": comp, "calls": max(m["calls"] for m in ran.values()),
-            "min_cosine": ran[cos_out]["min_cosine"], "cosine_output": cos_out,
-            "min_psnr_db": ran[psnr_out]["min_psnr_db"], "psnr_output": psnr_out,
-            "max_abs": max(mabs) if mabs and len(mabs) == len(ran) else None,
-            "nonfinite_calls": nonfinite,
-            "psnr_distribution": (ran[psnr_out].get("distribution") or {}).get("psnr_db"),
-            "quantiles": (ran[psnr_out].get("distribution") or {}).get("quantiles"),
-        })
+            out = min(ran, key=key) if x.op == ">=" else max(ran, key=key)
+            row[x.figure] = ran[out][x.figure]
+            row["worst_output"][x.figure] = out
+        worst = row["worst_output"]
+        psnr_out = worst.get("min_psnr_db") or next(iter(worst.values()), None)
+        row.update({"cosine_output": worst.get("min_cosine"), "psnr_output": psnr_out,
+                    "psnr_distribution": ((ran[psnr_out].get("distribution") or {}).get("psnr_db")) if psnr_out else None,
+                    "quantiles": ((ran[psnr_out].get("distribution") or {}).get("quantiles")) if psnr_out else None})
+        rows.append(row)
     return rows
 
 
@@ -109,12 +103,12 @@ def build_report(audits, policy) -> dict:
             "bundles": bundles, "summary": {"bundles": len(bundles), "failing": [b["bundle"] for b in bundles if not b["audit_ok"]]}}
 
 
-def _name(b: dict) -> str:
+def bundle_name(b: dict) -> str:
     c = b["cell"]
     return "/".join(str(c.get(k, "?")) for k in ("recipe", "target", "precision")) if c else b["bundle"]
 
 
-def _f(v, missing: str = "inf") -> str:
+def figure_text(v, missing: str = "inf") -> str:
     if v is None:
         return missing
     if isinstance(v, float):
@@ -126,20 +120,18 @@ def agreement(stage: dict | None) -> str:
     """A stage's token agreement for a summary table; "—" where nothing was decoded."""
     if stage is None or not has_decode(stage):
         return "—"
-    return _f(stage["decode"]["token_agreement"])
+    return figure_text(stage["decode"]["token_agreement"])
 
 
 def decode_sentence(st: dict) -> str:
     th, d = st["thresholds"], st["decode"]
     if not has_decode(st):
         return f"Stateless graph measured on {d['prompts']} held-out inputs; no tokens to judge."
-    return (f"Token agreement {_f(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
+    return (f"Token agreement {figure_text(d['token_agreement'])} (≥ {th['min_token_agreement']}), shortest exact greedy prefix "
             f"{d['min_greedy_prefix']} (≥ {th['min_greedy_prefix']}, or a prompt’s whole decode where shorter) over {d['steps']} steps, {d['prompts']} prompts.")
 
 
 def render_markdown(rep: dict) -> str:
-    from verify.thresholds import output_checks
-
     s = rep["summary"]
     lines = [f"# edge-export report: {s['bundles']} bundle(s), {len(s['failing'])} failing", "",
              f"Policy: `{rep['policy']['name']}` ({rep['policy']['source']})", "",
@@ -148,30 +140,31 @@ def render_markdown(rep: dict) -> str:
         last = b["stages"][-1] if b["stages"] else None
         worst = min((r["min_cosine"] if r["min_cosine"] is not None else -1.0 for r in last["components"] if r.get("calls")), default=None) if last else None
         fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
-        lines.append(f"| `{_name(b)}` | {b['verdict']} | {'✅ pass' if b['audit_ok'] else '❌ FAIL'} | {fails} | "
-                     f"{_f(worst) if worst is not None else '—'} | {agreement(last)} |")
+        lines.append(f"| `{bundle_name(b)}` | {b['verdict']} | {'✅ pass' if b['audit_ok'] else '❌ FAIL'} | {fails} | "
+                     f"{figure_text(worst) if worst is not None else '—'} | {agreement(last)} |")
     for b in rep["bundles"]:
-        lines += ["", f"## `{_name(b)}`", "", f"Bundle `{b['bundle']}`" + (f", built {b['created']}" if b.get("created") else ""), ""]
+        lines += ["", f"## `{bundle_name(b)}`", "", f"Bundle `{b['bundle']}`" + (f", built {b['created']}" if b.get("created") else ""), ""]
         lines += ["| check | result | detail |", "|---|---|---|"]
         for c in b["checks"]:
             detail = c["message"].replace("|", "\\|") + (f" — fix: {c['fix']}" if not c["ok"] and c["fix"] else "")
             lines.append(f"| {c['id']} | {'pass' if c['ok'] else '**FAIL**'} | {detail} |")
         for st in b["stages"]:
             th = st["thresholds"]
+            cols = output_metrics(th)
             lines += ["", f"### Stage `{st['stage']}` on {st['provider']} ({st['precision']}): {st['verdict']}", "",
                       decode_sentence(st), "",
-                      f"| component | calls | min cosine (≥ {th['min_cosine']}) | min PSNR dB (≥ {th['min_psnr_db']}) | max abs (≤ {th['max_abs']}) | worst output |",
-                      "|---|---|---|---|---|---|"]
+                      "| component | calls | " + " | ".join(f"{x.title} ({OP_SYMBOL[x.op]} {th[x.name]})" for x in cols) + " | worst output |",
+                      "|---|---|" + "---|" * len(cols) + "---|"]
             for r in st["components"]:
                 if not r.get("calls"):
-                    lines.append(f"| {r['component']} | 0 | — | — | — | never ran |")
+                    lines.append(f"| {r['component']} | 0 | " + "— | " * len(cols) + "never ran |")
                     continue
                 ok = {c["figure"]: c["ok"] for c in output_checks(r, th)}
-                mark = lambda fig: "" if ok[fig] else " ❌"
-                nf = "n/a (NaN/Inf)"
-                psnr_missing = "inf" if r.get("nonfinite_calls", 0) < r["calls"] else nf
-                lines.append(f"| {r['component']} | {r['calls']} | {_f(r['min_cosine'], nf)}{mark('min_cosine')} | "
-                             f"{_f(r['min_psnr_db'], psnr_missing)}{mark('min_psnr_db')} | {_f(r['max_abs'], nf)}{mark('max_abs')} | {r['psnr_output']}"
+                cells = []
+                for x in cols:
+                    judged = x.read(r) if x.figure in r else None  # None: nothing finite was measured
+                    cells.append(figure_text(judged, "n/a (NaN/Inf)") + ("" if ok.get(x.figure, True) else " ❌"))
+                lines.append(f"| {r['component']} | {r['calls']} | " + " | ".join(cells) + f" | {r['psnr_output']}"
                              + (f" ❌ {r['nonfinite_calls']} call(s) with NaN/Inf" if r.get("nonfinite_calls") else "") + " |")
         if b["placement"]:
             lines += ["", "Placement: " + "; ".join(
@@ -185,7 +178,7 @@ def junit_cases(b: dict) -> list[dict]:
     for st in b["stages"]:
         for c in st["cases"]:
             cases.append({"name": f"parity.{st['stage']}.{c['name']}", "ok": c["ok"],
-                          "message": f"{c['name']} = {_f(c['value'])}, required {c['op']} {c['threshold']} ({st['provider']}, {st['precision']})", "fix": ""})
+                          "message": f"{c['name']} = {figure_text(c['value'])}, required {c['op']} {c['threshold']} ({st['provider']}, {st['precision']})", "fix": ""})
     return cases
 
 
@@ -197,7 +190,7 @@ def render_junit(rep: dict) -> str:
         n_fail = sum(not c["ok"] for c in cases)
         total += len(cases)
         failures += n_fail
-        classname = _name(b).replace("/", ".")
+        classname = bundle_name(b).replace("/", ".")
         body = []
         for c in cases:
             attrs = f'classname="{xml_escape(classname, {chr(34): "&quot;"})}" name="{xml_escape(c["name"], {chr(34): "&quot;"})}"'
@@ -209,31 +202,7 @@ def render_junit(rep: dict) -> str:
                 body.append(f'    <testcase {attrs}>\n      <failure message="{msg}" type="{c["name"].split(".")[0]}">{text}</failure>\n    </testcase>')
         q = {'"': "&quot;"}
         props = f'    <properties><property name="bundle" value="{xml_escape(b["bundle"], q)}"/></properties>'
-        suites.append(f'  <testsuite name="{xml_escape(_name(b), q)}" tests="{len(cases)}" failures="{n_fail}" errors="0" skipped="0">\n'
+        suites.append(f'  <testsuite name="{xml_escape(bundle_name(b), q)}" tests="{len(cases)}" failures="{n_fail}" errors="0" skipped="0">\n'
                       + props + "\n" + "\n".join(body) + "\n  </testsuite>")
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="edge-export" tests="{total}" failures="{failures}" errors="0">\n'
             + "\n".join(suites) + "\n</testsuites>\n")
-
-
-def render(rep: dict, fmt: str) -> str:
-    import json
-
-    from exporter.errors import UnknownNameError
-
-    if fmt == "json":
-        return json.dumps(rep, indent=1, sort_keys=True) + "\n"
-    if fmt == "md":
-        return render_markdown(rep)
-    if fmt == "junit":
-        return render_junit(rep)
-    if fmt == "html":
-        from verify.report_html import render_html
-
-        return render_html(rep)
-    raise UnknownNameError("report format", fmt, list(FORMATS))
-
-
-def write(text: str, output: Path) -> None:
-    from exporter.atomic import write_text_atomic
-
-    write_text_atomic(output, text)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from verify.report import _f as _fmt, _name, agreement, decode_sentence
-from verify.thresholds import has_decode
+from verify.report import OP_SYMBOL, agreement, bundle_name, decode_sentence, figure_text as _fmt
+from verify.thresholds import INFORMATIONAL, has_decode, output_checks, output_metrics
 
 GREEN, RED, GREY, BLUE = "#1a7f37", "#cf222e", "#8c959f", "#0969da"
 STAGE_COLOURS = ("#0969da", "#8250df", "#bf8700", "#1a7f37", "#cf222e")
@@ -155,8 +155,6 @@ def _placement_chart(placement: list[dict], width: int = 520) -> str:
 
 
 def _stage_section(st: dict) -> str:
-    from verify.thresholds import output_checks
-
     th, d = st["thresholds"], st["decode"]
     comps = st["components"]
     ran = [r for r in comps if r.get("calls")]
@@ -181,15 +179,17 @@ def _stage_section(st: dict) -> str:
     never = [r["component"] for r in comps if not r.get("calls")]
     if never:
         parts.append(f'<p class="fail">never ran (not verified): {escape(", ".join(never))}</p>')
+    cols = [(x.figure, f"{x.title} {OP_SYMBOL[x.op]} {th[x.name]}") for x in output_metrics(th)]
+    cols += [(f, f.replace("_", " ")) for f, (scope, _) in INFORMATIONAL.items() if scope == "output"]
     rows = []
     for comp, outs in sorted(st["outputs"].items()):
         for out, m in sorted(outs.items()):
             ok = m["calls"] and all(c["ok"] for c in output_checks(m, th))
-            rows.append(f'<tr><td>{escape(comp)}</td><td>{escape(out)}</td><td>{m["calls"]}</td><td>{_fmt(m["min_cosine"])}</td>'
-                        f'<td>{_fmt(m.get("p05_cosine"))}</td><td>{_fmt(m["min_psnr_db"])}</td><td>{_fmt(m["max_abs"])}</td>'
-                        f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</td></tr>')
+            rows.append(f'<tr><td>{escape(comp)}</td><td>{escape(out)}</td><td>{m["calls"]}</td>'
+                        + "".join(f"<td>{_fmt(m.get(f))}</td>" for f, _ in cols)
+                        + f'<td class="{"pass" if ok else "fail"}">{"pass" if ok else "FAIL"}</td></tr>')
     parts.append(f'<details><summary>Every output ({len(rows)})</summary><table><tr><th>component</th><th>output</th><th>calls</th>'
-                 f'<th>min cosine ≥ {th["min_cosine"]}</th><th>p05 cosine</th><th>min PSNR dB ≥ {th["min_psnr_db"]}</th><th>max abs ≤ {th["max_abs"]}</th><th></th></tr>'
+                 + "".join(f"<th>{escape(t)}</th>" for _, t in cols) + "<th></th></tr>"
                  + "".join(rows) + "</table></details>")
     pp = d.get("per_prompt") or []
     if pp:
@@ -201,7 +201,7 @@ def _stage_section(st: dict) -> str:
 
 
 def _bundle_section(i: int, b: dict) -> str:
-    parts = [f'<h2 id="{_anchor(i)}">{escape(_name(b))} {_badge(b["audit_ok"], "audit pass", "audit FAIL")}</h2>',
+    parts = [f'<h2 id="{_anchor(i)}">{escape(bundle_name(b))} {_badge(b["audit_ok"], "audit pass", "audit FAIL")}</h2>',
              f'<p class="dim">{escape(b["bundle"])}' + (f' · built {escape(b["created"])}' if b.get("created") else "")
              + (f' · {escape(b["verification"].get("note", ""))}' if b.get("verification") else "") + "</p>",
              "<table><tr><th>check</th><th>result</th><th>detail</th></tr>"]
@@ -224,7 +224,7 @@ def render_html(rep: dict) -> str:
         last = b["stages"][-1] if b["stages"] else None
         worst = min((r["min_cosine"] if r["min_cosine"] is not None else -1.0 for r in last["components"] if r.get("calls")), default=None) if last else None
         fails = ", ".join(c["id"] for c in b["checks"] if not c["ok"]) or "—"
-        rows.append(f'<tr><td><a href="#{_anchor(i)}">{escape(_name(b))}</a></td><td>{escape(str(b["cell"].get("format", "")))}</td>'
+        rows.append(f'<tr><td><a href="#{_anchor(i)}">{escape(bundle_name(b))}</a></td><td>{escape(str(b["cell"].get("format", "")))}</td>'
                     f'<td>{_badge(b["verdict"] == "pass", "pass", escape(str(b["verdict"])))}</td><td>{_badge(b["audit_ok"])}</td>'
                     f'<td>{escape(fails)}</td><td>{escape(last["provider"]) if last else "—"}</td><td>{_fmt(worst) if worst is not None else "—"}</td>'
                     f'<td>{agreement(last)}</td></tr>')

@@ -2,18 +2,65 @@
 
 The build (verify.parity) and the audit (manifests.audit) both judge with these functions, so a
 manifest's verdict can be re-derived from its own figures by anyone with the core install.
+
+Metrics are a table (`TABLE`): each row names the threshold key, whether it judges every recorded output or a
+stage's decode run, the figure it reads, its direction, and the name a failure carries. Thresholds are
+{metric: value}; whatever metrics a recipe sets are judged, and a new metric (waveform SNR, action error) is one
+row here plus the figure its family adapter records.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
-# direction of each threshold: a "min_" threshold is stricter when higher, "max_" when lower
-METRICS = ("min_cosine", "min_psnr_db", "max_abs", "min_token_agreement", "min_greedy_prefix")
+
+def _psnr(m: dict):
+    """A recorded min PSNR: None with finite calls is an exact match (infinite); with none it is missing."""
+    if m["min_psnr_db"] is not None:
+        return m["min_psnr_db"]
+    bad = (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
+    return math.inf if m["calls"] - bad > 0 else None
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the threshold key
+    scope: str  # "output": judged on every output's figures; "decode": on a stage's decode record
+    op: str  # ">=" (a minimum: stricter when higher) or "<=" (a maximum: stricter when lower)
+    label: str  # what a failure names
+    figure: str  # the key of the recorded figure it judges
+    title: str  # what a report's column says
+    read: Callable[[dict], object]  # the recorded figure, as judged (None where nothing finite was measured)
+
+
+TABLE: dict[str, Metric] = {m.name: m for m in (
+    Metric("min_cosine", "output", ">=", "cosine", "min_cosine", "min cosine", lambda m: m["min_cosine"]),
+    Metric("min_psnr_db", "output", ">=", "psnr_db", "min_psnr_db", "min PSNR dB", _psnr),
+    Metric("max_abs", "output", "<=", "max_abs", "max_abs", "max abs", lambda m: m["max_abs"]),
+    Metric("min_token_agreement", "decode", ">=", "token_agreement", "token_agreement", "token agreement", lambda d: d["token_agreement"]),
+    Metric("min_greedy_prefix", "decode", ">=", "greedy_prefix", "min_greedy_prefix", "shortest greedy prefix", lambda d: d["min_greedy_prefix"]),
+)}
+METRICS = tuple(TABLE)
+# Figures recorded for reading, not judged: (scope, op) where op says which direction is better
+INFORMATIONAL = {"p05_cosine": ("output", ">=")}
+
+
+def figures(scope: str) -> dict[str, str]:
+    """Every recorded figure of a scope ("output" or "decode") with its better direction (">=": higher is better)."""
+    out = {m.figure: m.op for m in TABLE.values() if m.scope == scope}
+    out.update({f: op for f, (sc, op) in INFORMATIONAL.items() if sc == scope})
+    return out
+
+
+def output_metrics(th: dict) -> list[Metric]:
+    """The per-output metrics a set of thresholds judges, in table order."""
+    return [m for m in TABLE.values() if m.scope == "output" and m.name in th]
 
 
 def stricter(a: float, b: float, metric: str) -> float:
-    return min(a, b) if metric.startswith("max_") else max(a, b)
+    return min(a, b) if TABLE[metric].op == "<=" else max(a, b)
 
 
 def looser_than(recorded: dict, required: dict) -> list[dict]:
@@ -23,7 +70,7 @@ def looser_than(recorded: dict, required: dict) -> list[dict]:
         if metric not in required:
             continue
         want, got = required[metric], recorded.get(metric)
-        if got is None or (got > want if metric.startswith("max_") else got < want):
+        if got is None or (got > want if TABLE[metric].op == "<=" else got < want):
             out.append({"metric": metric, "recorded": got, "required": want})
     return out
 
@@ -44,22 +91,12 @@ def _ok(value, threshold, op: str) -> bool:
 
 
 def output_checks(m: dict, th: dict) -> list[dict]:
-    """One output's recorded figures against the thresholds: cosine, PSNR (None with finite calls = exact: infinite),
-    max abs, and (where recorded) that every call's output was finite where the reference is."""
-    nonfinite = (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
-    finite_calls = m["calls"] - nonfinite
-    psnr = m["min_psnr_db"]
-    if psnr is None:
-        psnr = math.inf if finite_calls > 0 else None
-    checks = [
-        {"metric": "cosine", "figure": "min_cosine", "value": m["min_cosine"], "threshold": th["min_cosine"], "op": ">=",
-         "ok": _ok(m["min_cosine"], th["min_cosine"], ">=")},
-        {"metric": "psnr_db", "figure": "min_psnr_db", "value": psnr, "threshold": th["min_psnr_db"], "op": ">=",
-         "ok": _ok(psnr, th["min_psnr_db"], ">=")},
-        {"metric": "max_abs", "figure": "max_abs", "value": m["max_abs"], "threshold": th["max_abs"], "op": "<=",
-         "ok": _ok(m["max_abs"], th["max_abs"], "<=")},
-    ]
+    """One output's recorded figures against the thresholds (every per-output metric they set), and, where recorded,
+    that every call's output was finite where the reference is."""
+    checks = [{"metric": x.label, "figure": x.figure, "value": x.read(m), "threshold": th[x.name], "op": x.op, "ok": _ok(x.read(m), th[x.name], x.op)}
+              for x in output_metrics(th)]
     if "nonfinite_calls" in m:  # recorded by builds since the non-finite rule; always judged for them
+        nonfinite = (m.get("nonfinite_calls") or 0) + (m.get("reference_nonfinite_calls") or 0)
         checks.append({"metric": "nonfinite", "figure": "nonfinite_calls", "value": nonfinite, "threshold": 0, "op": "<=",
                        "ok": nonfinite == 0})
     return checks
@@ -81,15 +118,31 @@ def stage_failures(stage: dict, th: dict) -> list[dict]:
                 continue
             fails += [{"stage": name, "component": comp, "output": out, "metric": c["metric"], "value": c["value"], "threshold": c["threshold"]}
                       for c in output_checks(m, th) if not c["ok"]]
-    d = stage["decode"]
-    if not has_decode(stage):  # a stateless encoder: no tokens to judge
-        return fails
-    if not _ok(d["token_agreement"], th["min_token_agreement"], ">="):
-        fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "token_agreement",
-                      "value": d["token_agreement"], "threshold": th["min_token_agreement"]})
-    # a prompt near the largest bucket decodes fewer steps; its exact prefix is judged against those
-    short = [p for p in d["per_prompt"] if p["greedy_prefix"] < min(th["min_greedy_prefix"], p["steps"])]
-    if short:
-        fails.append({"stage": name, "component": "decode", "output": "tokens", "metric": "greedy_prefix",
-                      "value": min(p["greedy_prefix"] for p in short), "threshold": th["min_greedy_prefix"]})
+    if has_decode(stage):  # a stateless encoder has no tokens to judge
+        fails += [{"stage": name, "component": "decode", "output": "tokens", "metric": c["metric"], "value": c["failing_value"],
+                   "threshold": c["threshold"]} for c in decode_checks(stage["decode"], th) if not c["ok"]]
     return fails
+
+
+def _greedy_short(d: dict, threshold) -> list[dict]:
+    """Prompts whose exact greedy prefix is short: a prompt near the largest bucket decodes fewer steps and is judged
+    against those."""
+    return [p for p in d["per_prompt"] if p["greedy_prefix"] < min(threshold, p["steps"])]
+
+
+def decode_checks(d: dict, th: dict) -> list[dict]:
+    """A stage's decode record against every decode metric the thresholds set (table order). ``failing_value`` is the
+    figure a failure names (for the greedy prefix: the shortest prefix among the prompts that fall short)."""
+    checks = []
+    for x in TABLE.values():
+        if x.scope != "decode" or x.name not in th:
+            continue
+        value = x.read(d)
+        if x.name == "min_greedy_prefix":
+            short = _greedy_short(d, th[x.name])
+            ok, failing = not short, (min(p["greedy_prefix"] for p in short) if short else value)
+        else:
+            ok, failing = _ok(value, th[x.name], x.op), value
+        checks.append({"metric": x.label, "figure": x.figure, "value": value, "failing_value": failing, "threshold": th[x.name],
+                       "op": x.op, "ok": ok})
+    return checks

@@ -27,42 +27,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.backends.executorch_format import ALLOWED_UNDELEGATED
 from exporter.errors import EdgeExportError
+from exporter.loaders import register_kernels
 
 GROUP_SIZE = 32
-PROVIDER = "executorch:XnnpackBackend"  # how parity records, manifests and the audit name where a program ran
 METHODS = {
     "fp32": "float (XNNPACK fp32)",
     "int8": "pt2e-xnnpack: int8 per-channel symmetric weights, int8 dynamic activations",
     "8da4w": (f"torchao 8da4w: int4 weights in groups of {GROUP_SIZE} (HQQ scales), int8 dynamic activations; "
               f"int4 embedding groups of {GROUP_SIZE}"),
 }
-# operators that may stay outside the XNNPACK delegate, and why (portable or quantized kernels run them)
-ALLOWED_UNDELEGATED = {
-    "aten_embedding_default": "gather (token embedding, rotary tables): portable kernel",
-    "torchao_dequantize_affine_default": "int4 embedding weight: fused into quantized_decomposed::embedding_4bit at emission",
-    "aten_mean_dim": "RMSNorm reduction over the hidden axis: portable kernel",
-    "aten_expand_copy_default": "broadcast of a rotary table or mask: portable kernel",
-    "aten_unsqueeze_copy_default": "view: portable kernel",
-    "getitem": "tuple access of delegate outputs (no compute)",
-    "alloc": "memory planning (no compute)",
-}
 
 
 # kernel libraries a program of each precision needs beyond XNNPACK and the portable kernels; the
 # manifest records them and every loader (load check, verify, gate) registers exactly these
 KERNEL_LIBRARIES = {"fp32": (), "int8": (), "8da4w": ("executorch.kernels.quantized",)}
-KNOWN_KERNEL_LIBRARIES = frozenset({"executorch.kernels.quantized"})  # never import a module name read from a file otherwise
-
-
-def register_kernels(libraries) -> None:
-    import importlib
-
-    for name in libraries:
-        if name not in KNOWN_KERNEL_LIBRARIES:
-            raise EdgeExportError(f"unknown ExecuTorch kernel library {name!r} in the manifest",
-                                  f"edge-export registers only {sorted(KNOWN_KERNEL_LIBRARIES)}; rebuild the bundle")
-        importlib.import_module(name)
 
 
 class LoadCheckError(EdgeExportError):
@@ -147,7 +127,7 @@ def lower(module, component, precision: str, out: Path, constants: dict[str, int
     if report["unexpected"]:
         raise LoadCheckError(
             f"{component.name}: operators left outside XNNPACK that no allowed kernel covers: {report['unexpected']}",
-            "rewrite those ops in the step module (exporter/models) or add a justified entry to ALLOWED_UNDELEGATED",
+            "rewrite those ops in the step module (exporter/models) or add a justified entry to ALLOWED_UNDELEGATED (exporter/backends/executorch_format.py)",
         )
     program = edge.to_executorch(ExecutorchBackendConfig(
         extract_delegate_segments=True, do_quant_fusion_and_const_prop=True,
@@ -232,26 +212,3 @@ def _load_check_here(path: Path, constants: dict[str, int], input_names: list[st
         raise LoadCheckError(f"{path}: forward takes {arity} inputs, the manifest lists {len(input_names)}", "rebuild the program")
     return {"verification": "InternalConsistency", "fresh_process": True, "kernel_libraries": list(kernel_libraries), "methods": names, "constants_checked": sorted(constants), "forward_inputs": arity,
             "backends_registered": sorted(rt.backend_registry.registered_backend_names)}
-
-
-class PteRunner:
-    """A loaded ``forward`` with the ONNX Runtime calling convention: run(output_names, feeds) -> [numpy]."""
-
-    def __init__(self, path: Path, input_names: list[str], output_names: list[str], kernel_libraries=()):
-        from executorch.runtime import Runtime, Verification
-
-        register_kernels(kernel_libraries)
-        self.program = Runtime.get().load_program(Path(path), verification=Verification.InternalConsistency)
-        self.method = self.program.load_method("forward")
-        self.inputs, self.outputs = list(input_names), list(output_names)
-
-    def run(self, output_names, feeds: dict) -> list:
-        import numpy as np
-        import torch
-
-        missing = [n for n in self.inputs if n not in feeds]
-        if missing:
-            raise ValueError(f"missing inputs {missing}")
-        outs = self.method.execute([torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.inputs])
-        by_name = dict(zip(self.outputs, outs))
-        return [by_name[n].numpy() for n in (output_names or self.outputs)]

@@ -21,8 +21,8 @@ from exporter.backends.quantize import tool_output_to
 # Ryzen AI Software recommends opset 17 (ryzenai.docs.amd.com 1.4, "Model Compilation and Deployment"); torch 2.13's
 # exporter cannot convert these graphs below 18 (onnx's version converter fails on ReduceMean with axes as an input:
 # "axes_input_to_attribute ... No initializer or constant input"), so Ryzen AI graphs are opset 18, recorded as such
-RYZENAI_OPSET = 18
-RECOMMENDED_OPSET = 17
+from exporter.backends.ryzenai_format import CUSTOM_OPS_DOMAIN
+
 # precision -> Quark QConfig preset in quark.onnx.quantization.config.custom_config (its specs are recorded as read)
 PRESETS = {"xint8": "XINT8_QCONFIG", "w8a8": "A8W8_QCONFIG", "w8a16": "A16W8_QCONFIG", "bf16": "BF16_QCONFIG"}
 # Quark's calibrators run an augmented model per feed and keep per-tensor histograms (Percentile, MinMSE): about
@@ -30,9 +30,6 @@ PRESETS = {"xint8": "XINT8_QCONFIG", "w8a8": "A8W8_QCONFIG", "w8a16": "A16W8_QCO
 # most this many feeds of the build's calibration runs (spread over every run and position) is used; the
 # manifest records how many were used of how many.
 QUARK_MAX_FEEDS = 128
-CUSTOM_OPS_DOMAIN = "com.amd.quark"
-VITISAI_CONFIG = "vitisai_ep.json"
-PROVIDER_OPTIONS = "vitisai_provider_options.json"
 
 
 def ops_dir(cache_root: Path) -> Path:
@@ -173,30 +170,3 @@ def _sha(path: str) -> str:
     from exporter.hashing import sha256_file
 
     return sha256_file(Path(path))
-
-
-def vitisai_files(bundle_name: str, precision: str, needs_custom_ops: bool) -> dict[str, dict]:
-    """The Vitis AI EP files a bundle carries (ryzenai.docs.amd.com, "Model Compilation and Deployment"):
-    `vitisai_provider_options.json`, the provider options a Ryzen AI runtime passes to the session (the compiled-model
-    cache; for BF16 the compile configuration), and for BF16 `vitisai_ep.json`, that configuration (VAIML passes)."""
-    options = {"cache_dir": "vitisai_cache", "cache_key": bundle_name}
-    files = {}
-    if precision == "bf16":
-        options["config_file"] = VITISAI_CONFIG
-        files[VITISAI_CONFIG] = {
-            "passes": [{"name": "init", "plugin": "vaip-pass_init"},
-                       {"name": "vaiml_partition", "plugin": "vaip-pass_vaiml_partition",
-                        "vaiml_config": {"optimize_level": 2, "preferred_data_storage": "auto"}}],
-            "target": "VAIML",
-            "targets": [{"name": "VAIML", "pass": ["init", "vaiml_partition"]}],
-        }
-    files[PROVIDER_OPTIONS] = {
-        "execution_provider": "VitisAIExecutionProvider",
-        "provider_options": options,
-        "session": {"batch": 1, "static_shapes": True, "opset": RYZENAI_OPSET, "recommended_opset": RECOMMENDED_OPSET,
-                    "opset_note": "opset 18: torch 2.13's exporter cannot convert these graphs to the recommended 17"},
-        "custom_op_domain": CUSTOM_OPS_DOMAIN if needs_custom_ops else None,
-        "note": ("paths are relative to the bundle; the Vitis AI EP compiles the QDQ model on its first session on the device into "
-                 "cache_dir/cache_key; NPU placement is recorded only by such a run"),
-    }
-    return files

@@ -26,21 +26,21 @@ class _ReferenceRunner:
         return [out[n] for n in output_names]
 
 
-def reference_samples(ctx, per_component: int) -> dict[str, list[Sample]]:
-    from exporter.errors import UsageError
+def reference_samples(build, per_component: int) -> dict[str, list[Sample]]:
+    """The first `per_component` calls of every graph along the bundle's evaluation prompts (its family adapter says
+    whether it can replay them)."""
+    return build.adapter.hub_samples(per_component)
+
+
+def decoder_samples(build, reference, evaluation, per_component: int) -> dict[str, list[Sample]]:
+    """A decoder LM's samples: the evaluation prompts generated through the manifest's graphs with the torch step
+    modules as runners (the reference trajectory)."""
     from verify.drivers import driver_for
-    from verify.reference import LMReference
 
-    if ctx.recipe.harness:
-        raise UsageError(f"AI Hub validation of {ctx.recipe.name} bundles is not implemented: its held-out inputs (images, audio, "
-                         "injected encoder rows) are not replayed by exporter/hub/reference.py yet",
-                         "validate the language-model recipes (tiny-lm, spark) on AI Hub; multimodal groups are verified on the simulator only")
-
-    layout = ctx.recipe.state_layout
+    layout = build.recipe.state_layout
     lm_driver = driver_for(layout)
-    comps = ctx.manifest_components()
+    comps = build.manifest_components()
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in comps}
-    reference = LMReference(ctx.model(), {c.name: ctx.step_module(c) for c in ctx.components})
     runners = {name: _ReferenceRunner(reference, name) for name in graphs}
     samples: dict[str, list[Sample]] = {name: [] for name in graphs}
 
@@ -50,9 +50,9 @@ def reference_samples(ctx, per_component: int) -> dict[str, list[Sample]]:
             kept.append(Sample({k: v.copy() for k, v in step.feeds.items()}, {k: v.copy() for k, v in step.outputs.items()}, step.n_valid))
 
     capacity = max(g.context for g in graphs.values() if g.role in ("prefill", "decode"))
-    for prompt in ctx.evaluation().sequences:
+    for prompt in evaluation.sequences:
         prompt = list(prompt)
-        lm_driver.generate(runners, graphs, layout, prompt, min(ctx.recipe.decode_steps, capacity - len(prompt) + 1), on_step=record)
+        lm_driver.generate(runners, graphs, layout, prompt, min(build.recipe.decode_steps, capacity - len(prompt) + 1), on_step=record)
         if all(len(v) >= per_component for v in samples.values()):
             break
     return samples

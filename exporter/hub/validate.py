@@ -53,14 +53,16 @@ def qairt_option(manifest: dict) -> str:
 
 
 def job_options(manifest: dict) -> tuple[str, str]:
-    """(compile options, inference options) derived from the bundle's target and pinned QAIRT."""
+    """(compile options, inference options) derived from the bundle's format and pinned QAIRT (its backend's)."""
+    from exporter import backends
+
     fmt = manifest["bundle"]["format"]
-    qairt = qairt_option(manifest)
-    if fmt == "qnn-context":
-        return f"--target_runtime precompiled_qnn_onnx --qairt_version {qairt}", f"--compute_unit npu --qairt_version {qairt}"
-    if fmt == "onnx":
-        return f"--target_runtime qnn_context_binary --compute_unit npu --qairt_version {qairt}", f"--compute_unit npu --qairt_version {qairt}"
-    raise UsageError(f"AI Hub validation takes ONNX or QNN bundles; this one is {fmt}", "validate a qnn-context bundle of the same recipe")
+    backend = backends.find(fmt)
+    opts = backend.hub_options(qairt_option(manifest)) if backend else None
+    if opts is None:
+        able = [n for n in backends.names() if backends.get(n).hub_options("x") is not None]
+        raise UsageError(f"AI Hub validation takes {' or '.join(able)} bundles; this one is {fmt}", "validate a qnn-context bundle of the same recipe")
+    return opts
 
 
 def pick_device(client: HubClient, target: dict, name: str | None, chipset: str | None) -> HubDevice:
@@ -152,7 +154,8 @@ def _component_path(bundle: Path, comp: dict) -> Path:
 def validate(bundle: Path, client: HubClient, opts: ValidateOptions, reporter=None) -> dict:
     """Run (or resume) the validation; write and return the signed record. Raises HubJobFailed (after
     writing the record) when the device run fails, HubTimeout when a job outlives the time limit."""
-    from exporter.pipeline import Reporter, context_for_bundle
+    from exporter.build import Reporter
+    from exporter.pipeline import context_for_bundle
     from exporter.versions import qairt_version
     from verify import gate
 
@@ -173,8 +176,8 @@ def validate(bundle: Path, client: HubClient, opts: ValidateOptions, reporter=No
     with reporter.stage("reference", f"held-out inputs and torch outputs ({opts.samples} per graph)"):
         from exporter.hub.reference import reference_samples
 
-        ctx = context_for_bundle(manifest, opts.checkpoint, opts.cache_root or bundle.parent / ".cache", reporter)
-        samples = reference_samples(ctx, opts.samples)
+        build = context_for_bundle(manifest, opts.checkpoint, opts.cache_root or bundle.parent / ".cache", reporter)
+        samples = reference_samples(build, opts.samples)
     final_stage = manifest["parity"]["stages"][-1]["stage"]
     thresholds = manifest["parity"]["thresholds"][final_stage]
     deadline = time.monotonic() + opts.timeout_s

@@ -1,6 +1,6 @@
-"""Build harnesses of MiniCPM-o's component groups: what the pipeline asks a recipe with ``harness`` set.
+"""Family adapters of MiniCPM-o's component groups (exporter/adapters/base.py).
 
-Each harness loads its part of the checkpoint (exporter/models/minicpmo.py), names the graph module of
+Each adapter loads its part of the checkpoint (exporter/models/minicpmo.py), names the graph module of
 each component, supplies calibration and held-out data (calibration/), the calibration feeds of every
 graph, and measures one verification stage against the torch reference:
 
@@ -11,9 +11,9 @@ graph, and measures one verification stage against the torch reference:
 * ``speech_decoder``: the condition graph (exported) feeds its rows to the speech decoder's graphs;
   the reference is the torch condition feeding transformers' LlamaForCausalLM.
 
-Harnesses are stateless; what a build needs more than once (data sets, prompts with their encoder rows, the
-torch reference and its generation cache) is computed once per build in ``ctx.memo``. Heavy imports happen
-inside methods.
+One adapter object per build; what a build needs more than once (data sets, prompts with their encoder rows, the
+torch reference and its generation cache) it computes once (``FamilyAdapter.once``). Heavy imports happen inside
+methods.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from exporter.adapters.base import FamilyAdapter
 from recipes.minicpm_o import PLACEHOLDER
 
 
@@ -47,13 +48,6 @@ class DataBundle:
         return {"name": self.name, "purpose": self.purpose, "sha256": self.digest, "parts": [p.to_json() for p in self.parts]}
 
 
-def _once(ctx, key, make):
-    """`make()` once per build context."""
-    if key not in ctx.memo:
-        ctx.memo[key] = make()
-    return ctx.memo[key]
-
-
 def _torch_call(module, names: list[str], feeds: dict) -> tuple:
     import torch
 
@@ -62,75 +56,76 @@ def _torch_call(module, names: list[str], feeds: dict) -> tuple:
     return tuple(o.detach() for o in ((out,) if isinstance(out, torch.Tensor) else out))
 
 
-class _Base:
+class _Base(FamilyAdapter):
     part = ""
-    opset = 18
 
-    def load(self, ctx):
+    def load(self):
         from exporter.models.minicpmo import load_part
 
-        return load_part(ctx.ckpt.directory, self.part)
+        return load_part(self.build.ckpt.directory, self.part)
 
-    def step_module(self, ctx, comp, pooled_mean: bool = False):
+    def step_module(self, comp, pooled_mean: bool = False):
         from exporter.models.minicpmo import step_module
 
-        return step_module(ctx.model(), self.part, comp, pooled_mean)
+        return step_module(self.model(), self.part, comp, pooled_mean)
 
-    def reference_fn(self, ctx):
-        comps = {c.name: c for c in ctx.components}
+    def reference_fn(self):
+        comps = {c.name: c for c in self.build.components}
 
         def ref(name: str, feeds: dict) -> dict:
             c = comps[name]
-            out = _torch_call(ctx.step_module(c), [t.name for t in c.inputs], feeds)
+            out = _torch_call(self.step_module(c), [t.name for t in c.inputs], feeds)
             return {t.name: o.numpy() for t, o in zip(c.outputs, out)}
 
         return ref
 
 
 class _Encoder(_Base):
-    def data(self, ctx, purpose: str):
+    calibration_procedure = "every calibration item (image slice or audio chunk) as one call of the float graph"
+
+    def data(self, purpose: str):
         raise NotImplementedError
 
-    def calibration(self, ctx):
-        return _once(ctx, "calibration", lambda: self.data(ctx, "calibration"))
+    def calibration(self):
+        return self.once("calibration", lambda: self.data("calibration"))
 
-    def evaluation(self, ctx):
-        return _once(ctx, "evaluation", lambda: self.data(ctx, "evaluation"))
+    def evaluation(self):
+        return self.once("evaluation", lambda: self.data("evaluation"))
 
     def check_disjoint(self, cal, ev) -> None:
         from calibration.media import check_disjoint
 
         check_disjoint(cal, ev)
 
-    def calibration_feeds(self, ctx, fp32) -> dict:
-        c = ctx.components[0]
-        return {c.name: [{t.name: it[t.name] for t in c.inputs} for it in self.calibration(ctx).items]}
+    def calibration_feeds(self, float_graphs) -> dict:
+        c = self.build.components[0]
+        return {c.name: [{t.name: it[t.name] for t in c.inputs} for it in self.calibration().items]}
 
-    def measure(self, ctx, stage, provider, precision, runners, components):
+    def measure(self, stage, provider, precision, runners, components):
         from verify.parity import measure_encoder_stage
 
-        return measure_encoder_stage(stage, provider, precision, runners, components, list(self.evaluation(ctx).items),
-                                     self.reference_fn(ctx), ctx.recipe.thresholds[precision])
+        return measure_encoder_stage(stage, provider, precision, runners, components, list(self.evaluation().items),
+                                     self.reference_fn(), self.build.recipe.thresholds[precision])
 
 
 class Vision(_Encoder):
     part = "vision"
 
-    def data(self, ctx, purpose):
+    def data(self, purpose):
         from calibration.media import image_set
 
-        return image_set(purpose, ctx.recipe.model_config["image_size"], 8 if purpose == "calibration" else 3)
+        return image_set(purpose, self.build.recipe.model_config["image_size"], 8 if purpose == "calibration" else 3)
 
 
 class Audio(_Encoder):
     part = "audio"
     opset = 20  # Whisper's exact GELU: opset 20 exports one Gelu node, which the HTP runs; at 18 it is an Erf chain it rejects
 
-    def data(self, ctx, purpose):
+    def data(self, purpose):
         from calibration.media import audio_set
         from recipes.minicpm_o import AUDIO_FRAMES
 
-        return audio_set(purpose, ctx.recipe.model_config["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 8 if purpose == "calibration" else 3)
+        return audio_set(purpose, self.build.recipe.model_config["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 8 if purpose == "calibration" else 3)
 
 
 def multimodal_prompts(cfg: dict, rows_list: list[np.ndarray], seed: int) -> list[tuple[list[int], dict]]:
@@ -147,14 +142,16 @@ def multimodal_prompts(cfg: dict, rows_list: list[np.ndarray], seed: int) -> lis
 
 
 class _Decoder(_Base):
-    def reference(self, ctx):
+    from exporter.adapters.decoder_lm import CALIBRATION_PROCEDURE as calibration_procedure
+
+    def reference(self):
         """The torch reference, shared by every stage of the build (its greedy generations are cached)."""
         from verify.reference import LMReference
 
-        return _once(ctx, "reference", lambda: LMReference(self.hf_model(ctx), {c.name: ctx.step_module(c) for c in ctx.components
-                                                                                if c.role != "encoder"}))
+        return self.once("reference", lambda: LMReference(self.hf_model(), {c.name: self.step_module(c) for c in self.build.components
+                                                                            if c.role != "encoder"}))
 
-    def hf_model(self, ctx):
+    def hf_model(self):
         raise NotImplementedError
 
     def check_disjoint(self, cal, ev) -> None:
@@ -169,111 +166,112 @@ class _Decoder(_Base):
 class Language(_Decoder):
     part = "language"
 
-    def hf_model(self, ctx):
-        return ctx.model()
+    def hf_model(self):
+        return self.model()
 
-    def calibration(self, ctx):
-        return _once(ctx, "calibration", lambda: self._calibration(ctx))
+    def calibration(self):
+        return self.once("calibration", lambda: self._calibration())
 
-    def _calibration(self, ctx):
+    def _calibration(self):
         from calibration.lm_data import calibration_set
         from calibration.media import audio_set, image_set
         from recipes.minicpm_o import AUDIO_FRAMES
 
-        cfg = ctx.recipe.model_config
-        context = max(c.bucket.context for c in ctx.components)
+        cfg = self.build.recipe.model_config
+        context = max(c.bucket.context for c in self.build.components)
         return DataBundle("minicpm-o-language-calibration-v1", "calibration",
                           (calibration_set(cfg["vocab_size"], context), image_set("calibration", cfg["image_size"], 2),
                            audio_set("calibration", cfg["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 2)))
 
-    def evaluation(self, ctx):
-        return _once(ctx, "evaluation", lambda: self._evaluation(ctx))
+    def evaluation(self):
+        return self.once("evaluation", lambda: self._evaluation())
 
-    def _evaluation(self, ctx):
+    def _evaluation(self):
         from calibration.lm_data import evaluation_set
         from calibration.media import audio_set, image_set
         from recipes.minicpm_o import AUDIO_FRAMES
 
-        cfg = ctx.recipe.model_config
-        pre = next(c for c in ctx.components if c.role == "prefill")
-        contexts = sorted({c.bucket.context for c in ctx.components if c.role in ("prefill", "decode")})
+        cfg = self.build.recipe.model_config
+        pre = next(c for c in self.build.components if c.role == "prefill")
+        contexts = sorted({c.bucket.context for c in self.build.components if c.role in ("prefill", "decode")})
         text = evaluation_set(cfg["vocab_size"], pre.bucket.ar, long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None)
         return DataBundle("minicpm-o-language-evaluation-v1", "evaluation",
                           (text, image_set("evaluation", cfg["image_size"], 1), audio_set("evaluation", cfg["audio_config"]["num_mel_bins"], AUDIO_FRAMES, 1)))
 
-    def encoder_rows(self, ctx, data) -> dict[str, list[np.ndarray]]:
+    def encoder_rows(self, data) -> dict[str, list[np.ndarray]]:
         """Torch encoder rows of the data's images and audio (the reference embeddings)."""
         from exporter.models.minicpmo import load_part
 
-        vision, audio = load_part(ctx.ckpt.directory, "vision"), load_part(ctx.ckpt.directory, "audio")
+        vision, audio = load_part(self.build.ckpt.directory, "vision"), load_part(self.build.ckpt.directory, "audio")
         return {"image": [_torch_call(vision, ["pixel_values"], it)[0].numpy() for it in data.parts[1].items],
                 "audio": [_torch_call(audio, ["input_features"], it)[0].numpy() for it in data.parts[2].items]}
 
-    def prompts(self, ctx, data, seed: int, text: bool = True):
+    def prompts(self, data, seed: int, text: bool = True):
         from verify.parity import Prompt
 
-        cfg = ctx.recipe.model_config
-        rows = self.encoder_rows(ctx, data)
+        cfg = self.build.recipe.model_config
+        rows = self.encoder_rows(data)
         out = [Prompt(list(s)) for s in data.parts[0].sequences] if text else []
         for kind in ("image", "audio"):
             for i, (tokens, inj) in enumerate(multimodal_prompts(cfg, rows[kind], seed + (kind == "audio"))):
                 out.append(Prompt(tokens, inj, inj, label=f"{kind}+text #{i}"))
         return out
 
-    def calibration_feeds(self, ctx, fp32) -> dict:
-        from exporter.pipeline import calibration_feeds
+    def calibration_feeds(self, float_graphs) -> dict:
+        from exporter.adapters.decoder_lm import lm_calibration_feeds
 
-        cal = self.calibration(ctx)
+        cal = self.calibration()
         # the text recipes' runs over the token sequences, and, since image and audio rows have their own ranges,
         # greedy decoding of multimodal prompts
-        prompts = [(p.tokens, p.artifact_rows, 16) for p in self.prompts(ctx, cal, 7001, text=False)]
-        return calibration_feeds(ctx, fp32, cal.parts[0].sequences, prompts)
+        prompts = [(p.tokens, p.artifact_rows, 16) for p in self.prompts(cal, 7001, text=False)]
+        return lm_calibration_feeds(self.build, float_graphs, cal.parts[0].sequences, prompts)
 
-    def measure(self, ctx, stage, provider, precision, runners, components):
+    def measure(self, stage, provider, precision, runners, components):
         from verify.parity import measure_stage
 
-        prompts = _once(ctx, "evaluation-prompts", lambda: self.prompts(ctx, self.evaluation(ctx), 9001))
-        return measure_stage(stage, provider, precision, runners, self.lm_components(components), ctx.recipe.state_layout,
-                             prompts, self.reference(ctx), ctx.recipe.thresholds[precision], ctx.recipe.decode_steps)
+        r = self.build.recipe
+        prompts = self.once("evaluation-prompts", lambda: self.prompts(self.evaluation(), 9001))
+        return measure_stage(stage, provider, precision, runners, self.lm_components(components), r.state_layout,
+                             prompts, self.reference(), r.thresholds[precision], r.decode_steps)
 
 
 class SpeechDecoder(_Decoder):
     part = "speech"
 
-    def hf_model(self, ctx):
-        return ctx.model().decoder
+    def hf_model(self):
+        return self.model().decoder
 
-    def _conditions(self, ctx, purpose):
+    def _conditions(self, purpose):
         from calibration.media import condition_set
 
-        tc = ctx.recipe.model_config["tts_config"]
-        ar = next(c for c in ctx.components if c.role == "encoder").bucket.ar
+        tc = self.build.recipe.model_config["tts_config"]
+        ar = next(c for c in self.build.components if c.role == "encoder").bucket.ar
         lengths = (3, ar // 2, ar) if purpose == "calibration" else (4, ar // 2 + 3, ar - 1)
         return condition_set(purpose, tc["num_text_tokens"], tc["llm_dim"], ar, lengths)
 
-    def calibration(self, ctx):
+    def calibration(self):
         from calibration.lm_data import calibration_set
 
-        tc = ctx.recipe.model_config["tts_config"]
-        context = max(c.bucket.context for c in ctx.components)
-        return _once(ctx, "calibration", lambda: DataBundle(
-            "minicpm-o-speech-calibration-v1", "calibration", (calibration_set(tc["num_audio_tokens"], context), self._conditions(ctx, "calibration"))))
+        tc = self.build.recipe.model_config["tts_config"]
+        context = max(c.bucket.context for c in self.build.components)
+        return self.once("calibration", lambda: DataBundle(
+            "minicpm-o-speech-calibration-v1", "calibration", (calibration_set(tc["num_audio_tokens"], context), self._conditions("calibration"))))
 
-    def evaluation(self, ctx):
+    def evaluation(self):
         from calibration.lm_data import evaluation_set
 
-        tc = ctx.recipe.model_config["tts_config"]
-        pre = next(c for c in ctx.components if c.role == "prefill")
-        return _once(ctx, "evaluation", lambda: DataBundle(
+        tc = self.build.recipe.model_config["tts_config"]
+        pre = next(c for c in self.build.components if c.role == "prefill")
+        return self.once("evaluation", lambda: DataBundle(
             "minicpm-o-speech-evaluation-v1", "evaluation",
-            (evaluation_set(tc["num_audio_tokens"], pre.bucket.ar, count=0), self._conditions(ctx, "evaluation"))))
+            (evaluation_set(tc["num_audio_tokens"], pre.bucket.ar, count=0), self._conditions("evaluation"))))
 
-    def condition_prompts(self, ctx, conds, runner, acc=None):
+    def condition_prompts(self, conds, runner, acc=None):
         """(Prompt per condition): rows from the exported condition graph (`runner`) and from the torch one."""
         from verify.parity import Prompt
 
-        comp = next(c for c in ctx.components if c.role == "encoder")
-        ref = self.reference_fn(ctx)
+        comp = next(c for c in self.build.components if c.role == "encoder")
+        ref = self.reference_fn()
         outs = [t.name for t in comp.outputs]
         prompts = []
         for it in conds.items:
@@ -291,18 +289,18 @@ class SpeechDecoder(_Decoder):
             prompts.append(Prompt([PLACEHOLDER] * (n + 1), rows(got), rows(want), label=f"condition of {n} text tokens"))
         return prompts
 
-    def calibration_feeds(self, ctx, fp32) -> dict:
-        from exporter.pipeline import _cpu_target, _runners
+    def calibration_feeds(self, float_graphs) -> dict:
+        from exporter.loaders import open_graphs
         from verify import split_lm_driver as drv
 
-        cal = self.calibration(ctx)
-        runners, _ = _runners(fp32, _cpu_target())
-        comps = ctx.manifest_components()
+        cal = self.calibration()
+        comps = self.build.manifest_components()
+        runners, _ = open_graphs(float_graphs, comps, self.build.cpu_target())
         cond = next(c for c in comps if c["role"] == "encoder")
         graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in self.lm_components(comps)}
         feeds: dict[str, list[dict]] = {c["name"]: [] for c in comps}
         feeds[cond["name"]] = [{"text_ids": it["text_ids"], "llm_hidden": it["llm_hidden"]} for it in cal.parts[1].items]
-        layout = ctx.recipe.state_layout
+        layout = self.build.recipe.state_layout
         context = max(g.context for g in graphs.values())
 
         def rec(step):
@@ -311,29 +309,19 @@ class SpeechDecoder(_Decoder):
         for seq in cal.parts[0].sequences:
             seq = list(seq)
             drv.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
-        for p in self.condition_prompts(ctx, cal.parts[1], runners[cond["name"]]):
+        for p in self.condition_prompts(cal.parts[1], runners[cond["name"]]):
             drv.generate(runners, graphs, layout, p.tokens, context - len(p.tokens), on_step=rec, inject=p.artifact_rows)
         return feeds
 
-    def measure(self, ctx, stage, provider, precision, runners, components):
+    def measure(self, stage, provider, precision, runners, components):
         from verify.metrics import Accumulator
         from verify.parity import measure_stage
 
-        ev = self.evaluation(ctx)
+        r = self.build.recipe
+        ev = self.evaluation()
         cond = next(c for c in components if c["role"] == "encoder")
         acc = {"condition": Accumulator(), "audio_bos": Accumulator()}
         # speech decoding always starts from a condition (the prompt is never plain audio codes)
-        prompts = self.condition_prompts(ctx, ev.parts[1], runners[cond["name"]], acc)
-        return measure_stage(stage, provider, precision, runners, components, ctx.recipe.state_layout, prompts,
-                             self.reference(ctx), ctx.recipe.thresholds[precision], ctx.recipe.decode_steps,
-                             extra_outputs={cond["name"]: acc})
-
-
-vision, audio, language, speech_decoder = Vision(), Audio(), Language(), SpeechDecoder()
-
-
-def harness_for(recipe):
-    import importlib
-
-    module, _, attr = recipe.harness.partition(":")
-    return getattr(importlib.import_module(module), attr)
+        prompts = self.condition_prompts(ev.parts[1], runners[cond["name"]], acc)
+        return measure_stage(stage, provider, precision, runners, components, r.state_layout, prompts,
+                             self.reference(), r.thresholds[precision], r.decode_steps, extra_outputs={cond["name"]: acc})

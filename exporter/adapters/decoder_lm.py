@@ -1,0 +1,108 @@
+"""The decoder language-model adapter: transformers causal LMs by their own class and tensor names (tiny-lm's Qwen3,
+spark's Gemma 3), with KV state driven by the manifest's layout (kv-cache, or ring + full KV for sliding windows).
+
+Step graphs are ours over the loaded weights (exporter/models/); the reference is the untouched transformers model
+(greedy `generate`, teacher-forced logits) plus the step graphs run eagerly in float on the artifact's own inputs.
+Calibration and held-out token sets come from calibration/lm_data.py; calibration feeds are the inputs of every graph
+along the calibration runs of the float graphs, driven through the layout's reference driver.
+"""
+
+from __future__ import annotations
+
+from exporter.adapters.base import FamilyAdapter
+
+CALIBRATION_PROCEDURE = ("per calibration sequence: prefill of the whole sequence; teacher-forced decode over every position; "
+                         "free-running greedy decode from its first AR tokens to the end of the largest bucket (float graphs)")
+
+
+def lm_calibration_feeds(build, float_graphs: dict, sequences, prompts=()) -> dict[str, list[dict]]:
+    """Inputs of every graph along calibration sequences, produced by the float graphs; `prompts` adds (tokens, injected
+    rows, steps) runs of greedy decoding (multimodal prompts)."""
+    from exporter.loaders import open_graphs
+    from verify.drivers import driver_for
+
+    layout = build.recipe.state_layout
+    lm_driver = driver_for(layout)
+    runners, _ = open_graphs(float_graphs, build.manifest_components(), build.cpu_target())
+    graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in build.manifest_components() if c["name"] in float_graphs}
+    feeds: dict[str, list[dict]] = {name: [] for name in graphs}
+
+    def rec(step):
+        feeds[step.component].append(step.feeds)
+
+    ar = max(g.ar for g in graphs.values() if g.role == "prefill")
+    for seq in sequences:
+        seq = list(seq)
+        # prefill over the whole bucket (every prefill position), then decode over every position
+        lm_driver.generate(runners, graphs, layout, seq, 1, on_step=rec)
+        lm_driver.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
+        # and the model's own greedy continuation of a short prompt: generated text concentrates
+        # attention far more than random tokens, and its activation ranges are what a runtime sees
+        lm_driver.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
+    for tokens, inject, steps in prompts:
+        lm_driver.generate(runners, graphs, layout, tokens, steps, on_step=rec, inject=inject)
+    return feeds
+
+
+class DecoderLM(FamilyAdapter):
+    calibration_procedure = CALIBRATION_PROCEDURE
+
+    def load(self):
+        from exporter.backends.onnx_export import load_hf_model
+
+        return load_hf_model(self.build.ckpt.directory, self.build.recipe.architecture)
+
+    def step_module(self, component, pooled_mean: bool = False):
+        from exporter.models import step_module
+
+        return step_module(self.model(), self.build.recipe.architecture, component, pooled_mean)
+
+    def calibration(self):
+        """The one calibration set of this build: it fills the largest context bucket."""
+        from calibration.lm_data import calibration_set
+
+        context = max(c.bucket.context for c in self.build.components)
+        return self.once("calibration", lambda: calibration_set(self.build.recipe.model_config["vocab_size"], context))
+
+    def evaluation(self):
+        """The held-out prompts of this build (verify; AI Hub validation replays the same set)."""
+        from calibration.lm_data import evaluation_set
+
+        comps = self.build.components
+        pre = next(c for c in comps if c.role == "prefill")
+        contexts = sorted({c.bucket.context for c in comps if c.role in ("prefill", "decode")})
+        # with several buckets, one long prompt makes prefill run in every bucket
+        return self.once("evaluation", lambda: evaluation_set(self.build.recipe.model_config["vocab_size"], pre.bucket.ar,
+                                                              long_prompt=contexts[-2] + pre.bucket.ar + 3 if len(contexts) > 1 else None))
+
+    def check_disjoint(self, cal, ev) -> None:
+        from calibration.lm_data import check_disjoint
+
+        check_disjoint(cal, ev)
+
+    def calibration_feeds(self, float_graphs):
+        return lm_calibration_feeds(self.build, float_graphs, self.calibration().sequences)
+
+    def reference(self):
+        """The torch reference, shared by every stage of the build (its greedy generations are cached)."""
+        from verify.reference import LMReference
+
+        return self.once("reference", lambda: LMReference(self.model(), {c.name: self.step_module(c) for c in self.build.components}))
+
+    def measure(self, stage, provider, precision, runners, components):
+        from verify.parity import measure_stage
+
+        r = self.build.recipe
+        return measure_stage(stage, provider, precision, runners, components, r.state_layout,
+                             [list(s) for s in self.evaluation().sequences], self.reference(), r.thresholds[precision], r.decode_steps)
+
+    def program_constants(self, component):
+        cfg = self.build.recipe.model_config
+        layers = (component.layers[1] - component.layers[0]) if component.layers else cfg["num_hidden_layers"]
+        return {"get_max_context_len": component.bucket.context, "get_ar": component.bucket.ar, "get_n_layers": layers,
+                "get_vocab_size": cfg["vocab_size"]}
+
+    def hub_samples(self, per_component: int):
+        from exporter.hub.reference import decoder_samples
+
+        return decoder_samples(self.build, self.reference(), self.evaluation(), per_component)

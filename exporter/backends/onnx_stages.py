@@ -1,0 +1,166 @@
+"""Stages of the ONNX-based formats: export (torch -> ONNX, side by side in forked copies), quantize, and the bundle
+files of a graph. `produce` is the `onnx` format's whole build; qnn_stages and ryzenai_stages reuse the stages.
+
+Every stage goes through the content-addressed stage cache with a key of everything that can change its result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exporter.backends.base import Artifacts
+from exporter.backends.onnx_format import EXPORT_TOOLS
+from exporter.cache import code_digest
+from exporter.errors import EdgeExportError
+from exporter.hashing import sha256_file
+from recipes.base import PRECISIONS
+
+# float32 graphs: CPU kernels differ between instruction sets only in rounding (tiny-lm prefill logits: max |d| 5.7e-6
+# between the AVX-512 and the AVX2 path of ONNX Runtime 1.32, far inside any fp32 threshold; docs/NOTES.md)
+FLOAT_ISA = {"dependent": False, "why": "float32 kernels differ across instruction sets only in rounding"}
+# path-only passes run in a worker interpreter (exporter/backends/quantize.py): method -> (pass, extra args)
+WORKER_PASSES = {"ort-dynamic": "dynamic_int8", "fp16-convert": "fp16_convert", "nncf-int4": "nncf_weight_only", "nncf-int8-wo": "nncf_weight_only"}
+
+
+def produce(backend, build) -> Artifacts:
+    fp32 = export(backend, build)
+    quantized, scheme, custom_ops = quantize(backend, build, fp32)
+    return Artifacts(float=fp32, quantized=quantized, final=quantized, scheme=scheme, custom_ops=custom_ops)
+
+
+def bundle_files(final: Path, graph_name: str, staging: Path) -> tuple[str, list[str]]:
+    from exporter.backends.onnx_export import copy_graph
+
+    entry = f"{graph_name}{final.suffix}"
+    return entry, copy_graph(final, staging / entry)  # with its external data, renamed after the entry
+
+
+# -- export -----------------------------------------------------------------------------------------------------------
+
+
+def export(backend, build) -> dict[str, Path]:
+    """The float graph of every component (the plan's cut), from the family adapter's step modules."""
+    from exporter.backends.onnx_export import export_component
+
+    opset = backend.export_opset or build.adapter.opset
+    mcomps = {c["name"]: c for c in build.manifest_components()}
+    jobs = []
+    for comp in build.components:
+        inputs = {
+            "checkpoint": build.ckpt.digest,
+            "architecture": build.recipe.architecture,
+            "model_config": build.recipe.model_config,
+            "component": mcomps[comp.name],
+            "tools": build.tool_subset(EXPORT_TOOLS),
+            "code": code_digest(),
+            "opset": opset,
+        }
+        jobs.append((comp, inputs, lambda tmp, c=comp: export_component(build.adapter.step_module(c), c, tmp, opset)))
+    cached = {comp.name: build.cache.has_entry("export", inputs) for comp, inputs, _ in jobs}
+    _export_side_by_side(build, [j for j in jobs if not cached[j[0].name]])
+    out = {}
+    for comp, inputs, make in jobs:
+        with build.log.stage("export", comp.graph_name):
+            r = build.cache.run("export", inputs, make)  # a graph exported side by side is a hit here
+        build.log.hit(f"export/{comp.name}", cached[comp.name] and r.hit)
+        out[comp.name] = r.path / "model.onnx"
+    return out
+
+
+def _export_side_by_side(build, jobs: list) -> None:
+    """Export the graphs not in the cache in forked copies of this process, one per core (exporter/forked.py), when
+    there are several and memory allows (each copy is budgeted at twice the checkpoint's bytes: the weights it maps
+    and the exporter's working set, bench/README.md). A copy that failed leaves its graph unexported: the caller
+    exports it again in this process and raises what it raises; a copy that was killed is a named error."""
+    from exporter import forked
+
+    weights = sum((build.ckpt.directory / n).stat().st_size for n in build.ckpt.files if (build.ckpt.directory / n).is_file())
+    workers = forked.workers_for(len(jobs), 2 * weights)
+    if workers < 2:  # workers_for never exceeds the pending graphs: one graph exports in this process
+        return
+
+    def child_job(inputs, make):
+        def run():
+            build.log.silence()  # the parent owns the terminal
+            build.cache.run("export", inputs, make)
+        return run
+
+    build.adapter.model()  # loaded (memory-mapped) once, here: the copies share it, and verify uses it after them
+    names = ", ".join(comp.graph_name for comp, _, _ in jobs)
+    with build.log.stage("export", f"{len(jobs)} graphs, {workers} at a time in forked processes: {names}"):
+        try:
+            outcomes = forked.run_forked([(comp.name, child_job(inputs, make)) for comp, inputs, make in jobs], workers,
+                                         build.cache.root / "logs" / "export")
+        except BaseException:
+            from exporter.atomic import sweep_tree
+
+            sweep_tree(build.cache.root / "export")  # the copies were killed: their staging directories go with them
+            raise
+    for o in outcomes:
+        if o.signal is not None:
+            raise EdgeExportError(f"exporting {o.name} was killed by signal {o.signal} in its forked process (log: {o.log}):\n    {o.tail()}",
+                                  f"signal 9 is usually the out-of-memory killer: free memory, or export one graph at a time "
+                                  f"({forked.WORKERS_ENV}=1)")
+        if o.ok:
+            o.log.unlink(missing_ok=True)
+
+
+# -- quantize ---------------------------------------------------------------------------------------------------------
+
+
+def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom_op_libraries=None) -> tuple[dict[str, Path], dict, tuple[str, ...]]:
+    """Each float graph at the plan's precision by the backend's method: (graphs, scheme, custom-op libraries).
+    `calibrated_pass(method, src, dst, feeds, options)` and `custom_op_libraries(build)` are the format's calibrated
+    quantizer and the libraries its graphs need in a session (default: ORT's QDQ, none)."""
+    calibrated_pass = calibrated_pass or ort_qdq_pass
+    custom_op_libraries = custom_op_libraries or (lambda build: ())
+    precision = build.plan.precision
+    method = backend.method_for(PRECISIONS[precision])
+    if method == "float":
+        return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None, "isa": FLOAT_ISA}, ()
+    calibrated = backend.calibrated(method)
+    cal = build.adapter.calibration() if calibrated else None
+    feeds: dict = {}  # computed once, for the first graph that needs them
+    custom_ops: tuple[str, ...] = ()
+    out, info = {}, {}
+    for name, src in fp32.items():
+        options = build.recipe.quant_options.get(quant_options_key(backend, precision), {})
+        inputs = {"source": sha256_file(src), "precision": precision, "method": method, "tools": build.tool_subset(backend.tools(method)),
+                  "code": code_digest(), **({"options": options} if options else {})}
+        if calibrated:
+            inputs["calibration"] = cal.digest
+
+        def make(tmp: Path, name=name, src=src, options=options):
+            if method in WORKER_PASSES:
+                from exporter.backends import quantize as q
+
+                extra = (precision,) if method.startswith("nncf-") else ()
+                return q.in_worker(WORKER_PASSES[method], src, tmp / "model.onnx", *extra)
+            if not feeds:
+                with build.log.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples)"):
+                    feeds.update(build.adapter.calibration_feeds(fp32))
+            return calibrated_pass(method, src, tmp / "model.onnx", feeds[name], options)
+
+        with build.log.stage("quantize", f"{name} {precision} ({method})"):
+            r = build.cache.run("quantize", inputs, make)
+        build.log.hit(f"quantize/{name}", r.hit)
+        out[name] = r.path / "model.onnx"
+        info = r.info
+        if info.get("needs_custom_ops") and not custom_ops:
+            custom_ops = custom_op_libraries(build)
+    scheme = {"precision": precision, "method": method, **info}
+    scheme["calibration"] = {**cal.to_json(), "procedure": build.adapter.calibration_procedure} if calibrated else None
+    return out, scheme, custom_ops
+
+
+def quant_options_key(backend, precision: str) -> str:
+    """The recipe's options for this precision: keyed by the precision, or FORMAT:PRECISION where a format's quantizer
+    takes options of its own (Quark's presets are not ORT's QNN QDQ options)."""
+    return precision if backend.methods is None else f"{backend.name}:{precision}"
+
+
+def ort_qdq_pass(method: str, src: Path, dst: Path, feeds: list[dict], options: dict) -> dict:
+    """ORT's calibrated QDQ (uint16 activations, uint8 or int8 per-channel weights): the HTP integer path."""
+    from exporter.backends import quantize as q
+
+    return q.static_w8a16(src, dst, feeds, **options)
