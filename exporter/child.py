@@ -21,7 +21,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-def run_python(code: str, *args: str, timeout_s: int | None) -> subprocess.CompletedProcess:
+def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter that imports this project; `cwd`: its working directory (default the project's)."""
+    import os
+
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout_s,
-                          preexec_fn=preexec)
+    env = None
+    if cwd is not None:  # the project stays importable from elsewhere
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout_s,
+                          preexec_fn=preexec, env=env)

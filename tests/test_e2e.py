@@ -187,3 +187,39 @@ def test_every_outcome_is_recorded(built, out_root):
     recs = {(r["target"], r["precision"]): r for _, r in read_records(out_root, "tiny-lm")}
     assert recs[("qcs6490", "w8a16")]["status"] == "verified"
     assert recs[("cpu-x86-linux", "int8")]["bundle"] == str(built[("cpu", "int8")].bundle)
+
+
+def test_graph_bytes_do_not_depend_on_where_the_build_ran(built, out_root, tmp_path):
+    """Two marks of the build place are kept out of a graph: absolute source paths in torch.onnx's stack traces, and
+    the QNN EPContext name ONNX Runtime hashes from the source model's path (plus the QNN backend's per-process
+    numbering): a graph compiled from two directories, and after another graph, has the same bytes."""
+    import shutil
+
+    import onnx
+
+    from exporter.backends.qnn_stages import compile_one
+    from exporter.child import ROOT
+
+    for b in (built[("cpu", "fp32")].bundle, built[("qcs6490", "w8a16")].bundle):
+        for g in b.glob("*.onnx"):
+            m = onnx.load(str(g), load_external_data=False)
+            traces = [p.value for n in m.graph.node for p in n.metadata_props if p.key.endswith("stack_trace")]
+            assert all('File "/' not in t and str(ROOT) not in t for t in traces), g
+    assert any("exporter/models/" in p.value for g in built[("cpu", "fp32")].bundle.glob("*.onnx")
+               for n in onnx.load(str(g), load_external_data=False).graph.node for p in n.metadata_props)
+    sources = sorted(out_root.glob(".cache/quantize/*/*/model.onnx"))
+    qnn = [s for s in sources if json.loads((s.parent / "_done.json").read_text())["inputs"]["precision"] == "w8a16"][:2]
+    assert len(qnn) == 2
+    from exporter.targets import get_target
+
+    target = get_target("qcs6490").to_json()
+    outs = []
+    for i, order in enumerate(([qnn[0]], [qnn[1], qnn[0]])):
+        for src in order:
+            d = tmp_path / f"copy{i}-{src.parent.name}"
+            shutil.copytree(src.parent, d)
+            (tmp_path / f"out{i}-{src.parent.name}").mkdir()
+            compile_one(d / "model.onnx", tmp_path / f"out{i}-{src.parent.name}", "g", target)
+        outs.append(tmp_path / f"out{i}-{qnn[0].parent.name}")
+    for name in ("g.onnx", "g_qnn.bin"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name

@@ -92,6 +92,48 @@ def example_inputs(component: Component):
     return tuple(torch.zeros(s.shape, dtype=dtypes[s.dtype]) for s in component.inputs)
 
 
+def _source_roots() -> list[str]:
+    """Directories a source path is made relative to, longest first: this project and every import path."""
+    import sys
+
+    roots = {str(Path(__file__).resolve().parents[2])} | {str(Path(p).resolve()) for p in sys.path if p and Path(p).is_dir()}
+    return sorted((r.rstrip("/") + "/" for r in roots), key=len, reverse=True)
+
+
+def relative_source_paths(model) -> int:
+    """Make the source paths in torch.onnx's per-node stack traces relative to their import root (exporter/models/
+    qwen3.py, transformers/...): the absolute ones name the checkout and the environment, so the same graph built
+    from two checkouts had different bytes. Returns the number of traces rewritten. Debug metadata only."""
+    import re
+
+    roots = _source_roots()
+
+    def rel(m) -> str:
+        path = m.group(1)
+        root = next((r for r in roots if path.startswith(r)), None)
+        return f'File "{path[len(root):]}"' if root else m.group(0)
+
+    changed = 0
+
+    def walk(nodes):
+        nonlocal changed
+        for n in nodes:
+            for prop in n.metadata_props:
+                if prop.key.endswith("stack_trace") and 'File "/' in prop.value:
+                    new = re.sub(r'File "([^"]+)"', rel, prop.value)
+                    changed += new != prop.value
+                    prop.value = new
+            for a in n.attribute:
+                walk(a.g.node)
+                for g in a.graphs:
+                    walk(g.node)
+
+    walk(model.graph.node)
+    for f in model.functions:
+        walk(f.node)
+    return changed
+
+
 def export_component(step_module, component: Component, out: Path, opset: int = OPSET) -> dict:
     """Export `step_module` (a static-shape wrapper) to `out/model.onnx`; returns stage info."""
     import torch
@@ -117,6 +159,8 @@ def export_component(step_module, component: Component, out: Path, opset: int = 
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
+    if relative_source_paths(model):
+        onnx.save(model, str(path))  # the graph protobuf only: the weights stay in model.onnx.data untouched
     got_in = [i.name for i in model.graph.input]
     got_out = [o.name for o in model.graph.output]
     want_in = [s.name for s in component.inputs]
