@@ -101,6 +101,13 @@ class Build:
         return self.spec.plan
 
     @property
+    def budget(self):
+        """The build's memory budget (exporter/build_memory.BuildBudget) its plan was made under; None: unbounded."""
+        from exporter.build_memory import recorded_budget
+
+        return recorded_budget({"build_memory": self.plan.build_memory})
+
+    @property
     def reporter(self) -> Reporter:
         return self.log.reporter
 

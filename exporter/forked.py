@@ -55,10 +55,11 @@ def _mem_available() -> int | None:
     return None
 
 
-def workers_for(pending: int, per_job_bytes: int) -> int:
+def workers_for(pending: int, per_job_bytes: int, budget_bytes: int | None = None) -> int:
     """How many jobs run at once: $EDGE_EXPORT_EXPORT_WORKERS if set (1 = in the build process, as before), else
-    one per core this process may use, no more than the pending jobs, and no more than the available memory holds
-    at `per_job_bytes` each. 1 also on hosts without fork (the jobs then run in the build process)."""
+    one per core this process may use, no more than the pending jobs, and no more than the available memory (and the
+    build's budget, `budget_bytes`, where it has one) holds at `per_job_bytes` each. 1 also on hosts without fork (the
+    jobs then run in the build process)."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
     if raw:
         try:
@@ -74,6 +75,8 @@ def workers_for(pending: int, per_job_bytes: int) -> int:
     cores = len(os.sched_getaffinity(0))
     n = min(cores, pending)
     avail = _mem_available()
+    if budget_bytes is not None:
+        avail = budget_bytes if avail is None else min(avail, budget_bytes)
     if avail is not None and per_job_bytes > 0:
         n = min(n, int(avail // per_job_bytes))
     return max(n, 1)

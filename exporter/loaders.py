@@ -75,9 +75,22 @@ def open_graph(path: str | Path, component: dict, target: dict, *, custom_ops: t
                         allow_fallback=allow_fallback, context_out=context_out)
 
 
-def open_graphs(paths: dict[str, Path], components: list[dict], target: dict, custom_ops: tuple = ()) -> tuple[dict, dict]:
-    """Runners and placements of several graphs, by component name."""
+def graph_bytes_on_disk(path: str | Path) -> int:
+    """The bytes of a graph and its external data (every file of its directory: a build's graph directory holds one
+    graph), the measure of what a session of it holds."""
+    d = Path(path).parent
+    return sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+
+
+def open_graphs(paths: dict[str, Path], components: list[dict], target: dict, custom_ops: tuple = (),
+                budget_bytes: int | None = None) -> tuple[dict, dict]:
+    """Runners and placements of several graphs, by component name. With `budget_bytes` below the graphs' total, the
+    runners open their sessions when first run and close the least recently used ones to stay within it
+    (`BoundedRunners`); the placements are then those of every graph opened once, in turn."""
     specs = {c["name"]: c for c in components}
+    if budget_bytes is not None and sum(graph_bytes_on_disk(p) for p in paths.values()) > budget_bytes:
+        runners = BoundedRunners(paths, specs, target, custom_ops, budget_bytes)
+        return runners, runners.placements()
     runners, placement = {}, {}
     for name, p in paths.items():
         runner, pl = open_graph(p, specs.get(name, {"inputs": [], "outputs": []}), target, custom_ops=custom_ops)
@@ -85,3 +98,69 @@ def open_graphs(paths: dict[str, Path], components: list[dict], target: dict, cu
         if pl is not None:
             placement[name] = pl
     return runners, placement
+
+
+class BoundedRunners:
+    """A mapping of component name -> runner whose sessions together hold at most `budget_bytes` of graph files (a
+    single graph larger than the budget is opened alone). A runner opens its session on its first `run` after it was
+    closed; the least recently run sessions close first. Results are those of sessions opened once each: opening a
+    graph again gives the same session configuration (the stats say how often that happened)."""
+
+    def __init__(self, paths: dict[str, Path], specs: dict, target: dict, custom_ops: tuple, budget_bytes: int):
+        from collections import OrderedDict
+
+        self.paths, self.specs, self.target, self.custom_ops, self.budget = dict(paths), specs, target, custom_ops, budget_bytes
+        self.size = {n: graph_bytes_on_disk(p) for n, p in self.paths.items()}
+        self._open: OrderedDict[str, object] = OrderedDict()
+        self.opens = 0
+        self.peak_open_bytes = 0
+        self._placement: dict = {}
+
+    def _runner(self, name: str):
+        if name in self._open:
+            self._open.move_to_end(name)
+            return self._open[name]
+        while self._open and sum(self.size[n] for n in self._open) + self.size[name] > self.budget:
+            self._open.popitem(last=False)  # the session (and its copy of the weights) goes with its last reference
+        runner, pl = open_graph(self.paths[name], self.specs.get(name, {"inputs": [], "outputs": []}), self.target, custom_ops=self.custom_ops)
+        self.opens += 1
+        if pl is not None:
+            self._placement[name] = pl
+        self._open[name] = runner
+        self.peak_open_bytes = max(self.peak_open_bytes, sum(self.size[n] for n in self._open))
+        return runner
+
+    def placements(self) -> dict:
+        """The placement of every graph (each opened in turn where it has not been yet)."""
+        for name in self.paths:
+            if name not in self._placement:
+                self._runner(name)
+        return dict(self._placement)
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def __getitem__(self, name: str):
+        if name not in self.paths:
+            raise KeyError(name)
+        return _Lazy(self, name)
+
+    def __contains__(self, name) -> bool:
+        return name in self.paths
+
+    def __iter__(self):
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def keys(self):
+        return self.paths.keys()
+
+
+class _Lazy:
+    def __init__(self, owner: BoundedRunners, name: str):
+        self.owner, self.name = owner, name
+
+    def run(self, output_names, feeds: dict) -> list:
+        return self.owner._runner(self.name).run(output_names, feeds)

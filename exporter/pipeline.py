@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from exporter import versions
+from exporter.build_memory import recorded_budget
 from exporter.build import Build, BuildSpec, Reporter, StageLog, planned_components
 from exporter.cache import StageCache
 from exporter.errors import EdgeExportError, MissingPrerequisite, PlanRejected, UsageError
@@ -111,15 +112,17 @@ def build_one(
     requested_target: str | None = None,
     command: str | None = None,
     pin_file: dict | None = None,
+    budget=None,
 ) -> BuildResult:
     """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded. `pin_file`:
-    the record of the reviewed pin file whose digests `recipe.pin` carries."""
+    the record of the reviewed pin file whose digests `recipe.pin` carries; `budget`: the build's memory budget
+    (exporter/build_memory.py), which cuts parts and bounds verify."""
     from exporter.locks import held
     from manifests.signing import resolve_key
 
     reporter = reporter or Reporter()
     out_root = Path(out_root)
-    plan = make_plan(recipe, target, precision, context, fmt, requested_target)
+    plan = make_plan(recipe, target, precision, context, fmt, requested_target, budget=budget)
     spec = BuildSpec(recipe, target, plan, out_root, Path(cache_root) if cache_root else out_root / ".cache", resolve_key(key),
                      checkpoint, allow_unpinned, pin_file, command)
     variant = bundle_variant(plan, target)
@@ -190,18 +193,21 @@ def precisions_for(recipe: Recipe, target: Target, precision: str | None, fmt: s
 
 
 def build(recipe_name: str, target_name: str, precision: str | None = None, ram_gib: float | None = None, fmt: str | None = None,
-          pin: Path | None = None, **kw) -> list[BuildResult]:
+          pin: Path | None = None, max_memory_gib: float | None = None, **kw) -> list[BuildResult]:
     """Every unit of `recipe_name` for one target: its precisions, or for a multi-component recipe each component group's
     (a group it cannot build is recorded, never replaced by a smaller model). A single recipe raises its first failure;
     a multi-component one records each group's outcome and goes on. `pin`: a reviewed pin file (exporter/pins.py) the
-    `checkpoint` must match, file by file."""
+    `checkpoint` must match, file by file. `max_memory_gib`: the build's memory budget (default: what the host has
+    available, less a margin; exporter/build_memory.py)."""
     from exporter.atomic import sweep_tree
+    from exporter.build_memory import budget_for
     from manifests.signing import resolve_key
 
     recipe = get_recipe(recipe_name)
     out_root = Path(kw["out_root"])
     _refuse_out_inside_a_bundle(out_root)
     kw["key"] = resolve_key(kw.get("key"))  # a bad --key fails here, before any work
+    kw["budget"] = budget_for(max_memory_gib)  # a bad --max-memory too
     sweep_tree(out_root)  # staging and superseded directories of killed runs, provably dead
     pinned = None
     if pin is not None:
@@ -234,7 +240,7 @@ def build(recipe_name: str, target_name: str, precision: str | None = None, ram_
             from manifests.records import record_path  # recorded by build_one; the other groups go on
 
             status = "rejected" if isinstance(e, PlanRejected) else "missing-prerequisite" if isinstance(e, MissingPrerequisite) else "failed"
-            prec = p or make_plan(unit, target, None, ukw["context"], fmt).precision
+            prec = p or make_plan(unit, target, None, ukw["context"], fmt, budget=ukw["budget"]).precision
             results.append(BuildResult(unit.name, target.name, prec, status, record_path(out_root, unit.name, target.name, prec), {"reason": e.message}))
     return results
 
@@ -304,7 +310,7 @@ def context_for_bundle(manifest: dict, checkpoint: Path | None, cache_root: Path
         recipe = recipe.for_checkpoint(read_checkpoint_config(Path(checkpoint)), pin)
     target = get_target(b["target"])
     req = manifest["plan"].get("requested", {})
-    plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"])
+    plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"], budget=recorded_budget(manifest["plan"]))
     planned = sorted(a.graph_name for a in plan.artifacts)
     built = sorted(c["graph_name"] for c in manifest["components"])
     if planned != built:

@@ -79,6 +79,7 @@ class Plan:
     missing: tuple[Prerequisite, ...] = ()
     cost_source: str = ""
     verification: dict = field(default_factory=dict)  # where parity is measured (prereq.verification_plan)
+    build_memory: dict = field(default_factory=dict)  # the build's budget, what cut the parts, its estimated peak
 
     @property
     def admitted(self) -> bool:
@@ -103,6 +104,7 @@ class Plan:
             "memory": dict(self.memory),
             "cost_source": self.cost_source,
             "verification": dict(self.verification),
+            "build_memory": dict(self.build_memory),
         }
 
 
@@ -110,7 +112,7 @@ def gib(n: int | float) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def _split_parts(g: GraphCost, bpw: float, limit: int | None) -> list[tuple[tuple[int, int], int]] | Rejection:
+def _split_parts(g: GraphCost, bpw: float, limit: int | None, what_limit: str = "the per-graph limit") -> list[tuple[tuple[int, int], int]] | Rejection:
     """Layer-range parts of one graph, each at most `limit` weight bytes: [((start, end), bytes)]."""
     n = len(g.layer_params)
     total = int(g.params * bpw)
@@ -120,7 +122,7 @@ def _split_parts(g: GraphCost, bpw: float, limit: int | None) -> list[tuple[tupl
     for label, p in chunks:
         if p * bpw > limit:
             what = "the embedding" if label == "pre" else "the final norm and head" if label == "post" else f"layer {label}"
-            return Rejection("graph-too-large", f"{g.graph_name}: {what} alone holds {gib(p * bpw)}, over the per-graph limit {gib(limit)}",
+            return Rejection("graph-too-large", f"{g.graph_name}: {what} alone holds {gib(p * bpw)}, over {what_limit} {gib(limit)}",
                              "split that tensor (e.g. a vocabulary-sharded head) in the recipe; a part cannot be cut smaller than one layer")
     parts: list[list] = []
     cur: list = []
@@ -265,6 +267,34 @@ def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[G
     return mem
 
 
+BUDGET_LIMIT = "the build budget's part size"
+
+
+def _part_limit(recipe: Recipe, acc_limit: int | None, bpw: float, budget) -> tuple[int | None, str]:
+    """The most weight bytes (at the precision's width) one part may hold: the accelerator's per-graph limit and, where
+    a stack can be cut, the build budget's part size (float32 bytes while the build holds it)."""
+    limits = []
+    if acc_limit is not None:
+        limits.append((acc_limit, "the per-graph limit"))
+    if budget is not None and recipe.components_for is not None:
+        limits.append((int(budget.part_limit_bytes * bpw / 4), BUDGET_LIMIT))
+    return min(limits, default=(None, ""))
+
+
+def _build_memory(recipe: Recipe, artifacts: list[ArtifactPlan], bpw: float, what_limit: str, budget) -> dict:
+    from exporter import build_memory as bm
+
+    largest = max((int(a.weight_bytes * 4 / bpw) for a in artifacts), default=0)  # float32 bytes a build stage holds
+    return {
+        "budget": budget.to_json() if budget is not None else None,
+        "parts_cut_by": what_limit if any(a.parts > 1 for a in artifacts) else "none",
+        "cuttable": recipe.components_for is not None,
+        "largest_part_fp32_bytes": largest,
+        "estimated_peak_bytes": bm.estimated_peak(largest),
+        "estimate": f"{bm.WORKING_SET_BYTES / bm.GiB:.1f} GiB working set + {bm.PART_FACTOR} x the largest part's float32 bytes",
+    }
+
+
 def make_plan(
     recipe: Recipe,
     target: Target,
@@ -272,7 +302,12 @@ def make_plan(
     context: int | None = None,
     fmt: str | None = None,
     requested_target: str | None = None,
+    budget=None,
 ) -> Plan:
+    """The plan of one bundle. `budget` (exporter/build_memory.BuildBudget, a build's memory budget): where the target
+    sets no per-graph limit it cuts a stack that can be cut into parts whose float32 tensors fit it, and a build whose
+    estimated peak exceeds it is rejected (`build-memory`); without one (the matrix's target-only plans) the cut is
+    the target's alone and the estimate is reported against no budget."""
     from exporter.errors import UnknownNameError
 
     fmt = fmt or target.formats[0]
@@ -327,17 +362,42 @@ def make_plan(
         graphs = [g for g in graphs if g.role not in ("prefill", "decode") or g.bucket.context <= context]
 
     bpw = p.bytes_per_weight
-    artifacts: list[ArtifactPlan] = []
-    for g in graphs:
-        parts = _split_parts(g, bpw, acc.per_graph_limit_bytes)
-        if isinstance(parts, Rejection):
-            return Plan(**head, rejection=parts)
-        for k, (rng, nbytes) in enumerate(parts, 1):
-            name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
-            artifacts.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
+    limit, what_limit = _part_limit(recipe, acc.per_graph_limit_bytes, bpw, budget)
+
+    def cut(limit, what_limit) -> list[ArtifactPlan] | Rejection:
+        out: list[ArtifactPlan] = []
+        for g in graphs:
+            parts = _split_parts(g, bpw, limit, what_limit)
+            if isinstance(parts, Rejection):
+                return parts
+            for k, (rng, nbytes) in enumerate(parts, 1):
+                name = g.graph_name if len(parts) == 1 else f"{g.graph_name}_part{k}of{len(parts)}"
+                out.append(ArtifactPlan(g.component, name, g.role, g.bucket.ar, g.bucket.context, fmt, wanted, k, len(parts), rng, g.weight_set, nbytes))
+        return out
+
+    artifacts = cut(limit, what_limit)
+    short = None  # why this host's budget cannot build the target's plan
+    if isinstance(artifacts, Rejection) and what_limit == BUDGET_LIMIT:
+        # one layer (or the embedding, or the head) over the budget's part size: the host, not the target, stands in the
+        # way; the plan stays the target's (cut by its own limit only) and the build is refused as a missing prerequisite
+        short = f"{artifacts.reason} ({budget.source})"
+        limit, what_limit = acc.per_graph_limit_bytes, "the per-graph limit"
+        artifacts = cut(limit, what_limit)
+    if isinstance(artifacts, Rejection):
+        return Plan(**head, rejection=artifacts)
     memory = _memory(recipe, target, p, graphs, artifacts)
-    missing = tuple(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
-    kw = dict(artifacts=tuple(artifacts), memory=memory, missing=missing, verification=verification_plan(target))
+    missing = list(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
+    build_memory = _build_memory(recipe, artifacts, bpw, what_limit, budget)
+    if short is None and budget is not None and build_memory["estimated_peak_bytes"] > budget.bytes:
+        short = (f"building it is estimated to need {gib(build_memory['estimated_peak_bytes'])} ({build_memory['estimate']}; its largest "
+                 f"graph holds {gib(build_memory['largest_part_fp32_bytes'])} of float32 tensors"
+                 f"{'' if recipe.components_for else ' and this recipe cannot cut its graphs into parts'}); the build may use "
+                 f"{gib(budget.bytes)} ({budget.source})")
+    if short is not None:
+        missing.append(Prerequisite("build-memory", short, "pass a larger --max-memory on a host that has it"
+                                    + ("" if recipe.components_for else ", or use a recipe whose stack can be cut into layer-range parts")
+                                    + "; a part is never cut below one layer and nothing smaller is substituted"))
+    kw = dict(artifacts=tuple(artifacts), memory=memory, missing=tuple(missing), verification=verification_plan(target), build_memory=build_memory)
     if memory["required_bytes"] > memory["budget_bytes"]:
         alt = memory["required_bytes_if_weights_shared"]
         why = ""

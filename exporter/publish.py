@@ -60,6 +60,7 @@ def _verify_own_signature(staging: Path, public: Path) -> None:
 
 def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> tuple[str, Path]:
     """("published" | "parity-failed" | "up-to-date", bundle directory)."""
+    from exporter.build_memory import measured_peak_bytes
     from exporter.hostinfo import verification_host
     from manifests import manifest as mf
     from manifests.signing import public_key_fingerprint, sign_bundle
@@ -72,7 +73,8 @@ def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> t
     build_key = sha256_json({
         "recipe": recipe.content_hash(),
         "checkpoint": build.ckpt.to_json(),
-        "plan": {k: v for k, v in plan.to_json().items() if k not in ("requested", "missing_prerequisites", "buildable")},
+        # the build's budget is the host's (its cut shows in the artifacts): a rebuild on another host is up to date
+        "plan": {k: v for k, v in plan.to_json().items() if k not in ("requested", "missing_prerequisites", "buildable", "build_memory")},
         "artifacts": {n: artifact_digest(p) for n, p in artifacts.final.items()},
         "parity": summary,
         "signer": public_key_fingerprint(keys.public),
@@ -111,6 +113,7 @@ def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> t
             "tools": build.tools,
             "memory": memory,
             "verification": verification_host(target, plan.verification),
+            "build_memory": {**plan.build_memory, "measured": measured_peak_bytes(), "checkpoint_tensors_held": build.adapter.held},
             "runtime": runtime,
             "parity": {
                 "verdict": summary["verdict"],

@@ -158,6 +158,9 @@ class Recipe:
     # per-precision quantizer options the recipe chooses (recorded in the manifest's quantization scheme),
     # e.g. {"w8a16": {"matmul_per_channel": True}}
     quant_options: dict = field(default_factory=dict)
+    # where a graph's calibration inputs come from: "float" (the float graphs before it) or "quantized" (the already
+    # quantized graphs before it: part k calibrated on what quantized parts 1..k-1 produce; exporter/backends/onnx_stages.py)
+    calibration_upstream: str = "float"
 
     def with_parts(self, splits: dict[str, list[tuple[int, int]]]) -> tuple[Component, ...]:
         if not splits:
@@ -243,6 +246,7 @@ class Recipe:
             "decode_steps": self.decode_steps,
             "state_layout": self.state_layout,
             **({"quant_options": self.quant_options} if self.quant_options else {}),
+            **({"calibration_upstream": self.calibration_upstream} if self.calibration_upstream != "float" else {}),
         }
 
     def content_hash(self) -> str:

@@ -63,3 +63,26 @@ class LMReference:
         if isinstance(outs, torch.Tensor):  # single-output graphs (embedding, head)
             outs = (outs,)
         return {n: o.numpy() for n, o in zip(output_names, outs)}
+
+
+class StreamedLMReference(LMReference):
+    """The same reference over a model whose tensors stay in the checkpoint (exporter/models/streamed.py): a forward
+    or `generate` holds one block at a time (plus what the model's budget keeps resident), and a per-call reference
+    holds the tensors of that call's step module only. Computes what LMReference computes over the whole model."""
+
+    def __init__(self, streamed, step_modules: dict):
+        super().__init__(streamed.model, step_modules)
+        self.streamed = streamed
+        self._names = {c: streamed.names_used_by(m) for c, m in step_modules.items()}
+
+    def generate(self, prompt, steps, inject=None):
+        with self.streamed.stream():
+            return super().generate(prompt, steps, inject)
+
+    def teacher_logits(self, prompt, tokens, inject=None):
+        with self.streamed.stream():
+            return super().teacher_logits(prompt, tokens, inject)
+
+    def call(self, component, feeds, output_names):
+        with self.streamed.holding(self._names[component]):
+            return super().call(component, feeds, output_names)

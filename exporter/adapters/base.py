@@ -10,16 +10,21 @@ computes once per build (data sets, the reference and its generation cache) it k
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 _RELEASED = object()
 
 
 class FamilyAdapter:
     opset = 18  # the ONNX opset its graphs export at, unless the format needs another
+    loads_parts = False  # graph_module holds only its part's tensors (no whole model before verify)
 
     def __init__(self, build):
         self.build = build
         self._model = None
         self._once: dict = {}
+        self.held = None  # an adapter that loads by parts: the checkpoint tensors it held (exporter/models/streamed.HeldStats)
 
     # -- the checkpoint ---------------------------------------------------------------------------------------------
     def load(self):
@@ -54,6 +59,9 @@ class FamilyAdapter:
 
         self._model = _RELEASED
         self._once.pop("reference", None)
+        streamed = self._once.pop("streamed", None)  # an adapter that loads by parts: its skeleton and what it kept resident
+        if streamed is not None:
+            self.held = dataclasses.asdict(streamed.stats)
         release_free_heap()
 
     def once(self, key, make):
@@ -65,6 +73,16 @@ class FamilyAdapter:
     # -- what the pipeline asks ---------------------------------------------------------------------------------------
     def step_module(self, component, pooled_mean: bool = False):
         raise NotImplementedError
+
+    def graph_bytes(self, component) -> int | None:
+        """Float32 bytes of the tensors `graph_module(component)` holds; None where the adapter loads the whole model."""
+        return None
+
+    @contextlib.contextmanager
+    def graph_module(self, component, pooled_mean: bool = False):
+        """The step module of `component` for one export or lowering. An adapter that loads by parts holds only the
+        tensors this module uses, and drops them on exit; the default uses the whole loaded model."""
+        yield self.step_module(component, pooled_mean)
 
     def calibration(self):
         raise NotImplementedError

@@ -9,6 +9,8 @@ along the calibration runs of the float graphs, driven through the layout's refe
 
 from __future__ import annotations
 
+import contextlib
+
 from exporter.adapters.base import FamilyAdapter
 
 CALIBRATION_PROCEDURE = ("per calibration sequence: prefill of the whole sequence; teacher-forced decode over every position; "
@@ -23,12 +25,13 @@ def lm_calibration_feeds(build, float_graphs: dict, sequences, prompts=()) -> di
 
     layout = build.recipe.state_layout
     lm_driver = driver_for(layout)
-    runners, _ = open_graphs(float_graphs, build.manifest_components(), build.cpu_target())
+    budget = build.budget.session_bytes if build.budget is not None else None
+    runners, _ = open_graphs(float_graphs, build.manifest_components(), build.cpu_target(), budget_bytes=budget)
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in build.manifest_components() if c["name"] in float_graphs}
-    feeds: dict[str, list[dict]] = {name: [] for name in graphs}
+    feeds = feed_recorder(build, graphs)
 
     def rec(step):
-        feeds[step.component].append(step.feeds)
+        feeds.add(step.component, step.feeds)  # copied: the driver updates its state buffers in place after the call
 
     ar = max(g.ar for g in graphs.values() if g.role == "prefill")
     for seq in sequences:
@@ -41,21 +44,72 @@ def lm_calibration_feeds(build, float_graphs: dict, sequences, prompts=()) -> di
         lm_driver.generate(runners, graphs, layout, seq[:ar], len(seq) - ar + 1, on_step=rec)
     for tokens, inject, steps in prompts:
         lm_driver.generate(runners, graphs, layout, tokens, steps, on_step=rec, inject=inject)
-    return feeds
+    return feeds.lists
+
+
+def feed_recorder(build, names):
+    """A recorder of calibration feeds that keeps the build budget's share in memory and spills the rest to the stage
+    cache (exporter/feed_store.py); without a budget, all in memory."""
+    from exporter.feed_store import FeedRecorder
+
+    budget = build.budget
+    return FeedRecorder(names, budget.reference_bytes if budget is not None else None, build.cache.root / "calibration-feeds")
 
 
 class DecoderLM(FamilyAdapter):
     calibration_procedure = CALIBRATION_PROCEDURE
+    loads_parts = True
+
+    def streamed(self):
+        """The model on the meta device, its tensors read from the checkpoint by name as parts need them."""
+        from exporter.errors import EdgeExportError, IntegrityError
+        from exporter.models.streamed import StreamedModel
+
+        def make():
+            b = self.build
+            try:
+                return StreamedModel(b.ckpt.directory, b.recipe.architecture)
+            except EdgeExportError:
+                raise
+            except Exception as e:  # transformers' config errors on a damaged snapshot: name the checkpoint
+                raise IntegrityError(f"{b.ckpt.source}: reading the checkpoint failed ({type(e).__name__}: {str(e).splitlines()[0][:300]})",
+                                     "the checkpoint is damaged or not of this architecture: check it with `edge-export pin`") from None
+
+        return self.once("streamed", make)
 
     def load(self):
-        from exporter.backends.onnx_export import load_hf_model
-
-        return load_hf_model(self.build.ckpt.directory, self.build.recipe.architecture)
+        """The whole model (verify's reference): every tensor held, exactly what `from_pretrained` gives."""
+        return self.streamed().hold_all()
 
     def step_module(self, component, pooled_mean: bool = False):
         from exporter.models import step_module
 
         return step_module(self.model(), self.build.recipe.architecture, component, pooled_mean)
+
+    def graph_bytes(self, component) -> int:
+        from exporter.models import step_module
+
+        s = self.streamed()
+        return s.part_bytes(s.names_used_by(step_module(s.model, self.build.recipe.architecture, component)))
+
+    @contextlib.contextmanager
+    def graph_module(self, component, pooled_mean: bool = False):
+        """The step module over the model's skeleton, holding the tensors it uses while the caller exports or lowers it
+        (the whole model is read only by verify, which needs it for the reference)."""
+        from exporter.models import step_module
+
+        if self._model is not None:  # already whole (a step after verify started): no second copy
+            yield self.step_module(component, pooled_mean)
+            return
+        s = self.streamed()
+        with self.build.log.stage("load", f"{component.graph_name}'s tensors from {self.build.ckpt.directory}"):
+            module = step_module(s.model, self.build.recipe.architecture, component, pooled_mean)
+            names = s.names_used_by(module)
+            s.acquire(names)
+        try:
+            yield module
+        finally:
+            s.release(names)
 
     def calibration(self):
         """The one calibration set of this build: it fills the largest context bucket."""
@@ -84,10 +138,20 @@ class DecoderLM(FamilyAdapter):
         return lm_calibration_feeds(self.build, float_graphs, self.calibration().sequences)
 
     def reference(self):
-        """The torch reference, shared by every stage of the build (its greedy generations are cached)."""
-        from verify.reference import LMReference
+        """The torch reference, shared by every stage of the build (its greedy generations are cached), over the streamed
+        model: it reads tensors as blocks run and keeps at most the build budget's share resident (the whole model, read
+        once, where the budget allows)."""
+        from exporter.models import step_module
+        from verify.reference import StreamedLMReference
 
-        return self.once("reference", lambda: LMReference(self.model(), {c.name: self.step_module(c) for c in self.build.components}))
+        def make():
+            s = self.streamed()
+            budget = self.build.budget
+            s.keep_bytes = budget.reference_bytes if budget is not None else 1 << 62
+            arch = self.build.recipe.architecture
+            return StreamedLMReference(s, {c.name: step_module(s.model, arch, c) for c in self.build.components})
+
+        return self.once("reference", make)
 
     def measure(self, stage, provider, precision, runners, components):
         from verify.parity import measure_stage

@@ -290,6 +290,7 @@ class SpeechDecoder(_Decoder):
         return prompts
 
     def calibration_feeds(self, float_graphs) -> dict:
+        from exporter.adapters.decoder_lm import feed_recorder
         from exporter.loaders import open_graphs
         from verify import split_lm_driver as drv
 
@@ -298,20 +299,21 @@ class SpeechDecoder(_Decoder):
         runners, _ = open_graphs(float_graphs, comps, self.build.cpu_target())
         cond = next(c for c in comps if c["role"] == "encoder")
         graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in self.lm_components(comps)}
-        feeds: dict[str, list[dict]] = {c["name"]: [] for c in comps}
-        feeds[cond["name"]] = [{"text_ids": it["text_ids"], "llm_hidden": it["llm_hidden"]} for it in cal.parts[1].items]
+        feeds = feed_recorder(self.build, [c["name"] for c in comps])
+        for it in cal.parts[1].items:
+            feeds.add(cond["name"], {"text_ids": it["text_ids"], "llm_hidden": it["llm_hidden"]})
         layout = self.build.recipe.state_layout
         context = max(g.context for g in graphs.values())
 
         def rec(step):
-            feeds[step.component].append(step.feeds)
+            feeds.add(step.component, step.feeds)  # copied: the driver updates its state buffers in place after the call
 
         for seq in cal.parts[0].sequences:
             seq = list(seq)
             drv.generate(runners, graphs, layout, seq[:1], len(seq), forced=seq[1:], on_step=rec)
         for p in self.condition_prompts(cal.parts[1], runners[cond["name"]]):
             drv.generate(runners, graphs, layout, p.tokens, context - len(p.tokens), on_step=rec, inject=p.artifact_rows)
-        return feeds
+        return feeds.lists
 
     def measure(self, stage, provider, precision, runners, components):
         from verify.metrics import Accumulator

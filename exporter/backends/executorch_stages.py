@@ -40,7 +40,8 @@ def lower(backend, build) -> tuple[dict[str, Path], dict[str, dict]]:
                   "tools": build.tool_subset(backend.tools(None)), "code": code_digest()}
 
         def make(tmp: Path, comp=comp, constants=constants) -> dict:
-            lowered = lower_program(build.adapter.step_module(comp, pooled_mean=True), comp, precision, tmp / f"{comp.graph_name}.pte", constants)
+            with build.adapter.graph_module(comp, pooled_mean=True) as module:  # this program's tensors only, where the adapter loads by parts
+                lowered = lower_program(module, comp, precision, tmp / f"{comp.graph_name}.pte", constants)
             return {**lowered.info, "load_check": load_check(lowered.path, constants, [t.name for t in comp.inputs], lowered.info["kernel_libraries"])}
 
         with build.log.stage("lower", f"{comp.graph_name} -> ExecuTorch XNNPACK ({precision})"):

@@ -40,8 +40,6 @@ def bundle_files(final: Path, graph_name: str, staging: Path) -> tuple[str, list
 
 def export(backend, build) -> dict[str, Path]:
     """The float graph of every component (the plan's cut), from the family adapter's step modules."""
-    from exporter.backends.onnx_export import export_component
-
     opset = backend.export_opset or build.adapter.opset
     mcomps = {c["name"]: c for c in build.manifest_components()}
     jobs = []
@@ -55,7 +53,7 @@ def export(backend, build) -> dict[str, Path]:
             "code": code_digest(),
             "opset": opset,
         }
-        jobs.append((comp, inputs, lambda tmp, c=comp: export_component(build.adapter.step_module(c), c, tmp, opset)))
+        jobs.append((comp, inputs, lambda tmp, c=comp: _export_one(build, c, tmp, opset)))
     cached = {comp.name: build.cache.has_entry("export", inputs) for comp, inputs, _ in jobs}
     _export_side_by_side(build, [j for j in jobs if not cached[j[0].name]])
     out = {}
@@ -67,15 +65,28 @@ def export(backend, build) -> dict[str, Path]:
     return out
 
 
+def _export_one(build, comp, tmp: Path, opset: int) -> dict:
+    from exporter.backends.onnx_export import export_component
+
+    with build.adapter.graph_module(comp) as module:  # an adapter that loads by parts holds this graph's tensors only
+        return export_component(module, comp, tmp, opset)
+
+
 def _export_side_by_side(build, jobs: list) -> None:
     """Export the graphs not in the cache in forked copies of this process, one per core (exporter/forked.py), when
-    there are several and memory allows (each copy is budgeted at twice the checkpoint's bytes: the weights it maps
-    and the exporter's working set, bench/README.md). A copy that failed leaves its graph unexported: the caller
+    there are several and memory allows (each copy is budgeted at twice the float32 bytes of the largest graph it may
+    export where the adapter loads by parts, else twice the checkpoint's bytes: the weights it holds and the exporter's
+    working set, bench/README.md). A copy that failed leaves its graph unexported: the caller
     exports it again in this process and raises what it raises; a copy that was killed is a named error."""
     from exporter import forked
+    from exporter.build_memory import WORKING_SET_BYTES
 
-    weights = sum((build.ckpt.directory / n).stat().st_size for n in build.ckpt.files if (build.ckpt.directory / n).is_file())
-    workers = forked.workers_for(len(jobs), 2 * weights)
+    # a part's tensors, where the adapter loads by parts (graph_bytes is None where it loads the whole model)
+    per_job = max((build.adapter.graph_bytes(comp) or 0 for comp, _, _ in jobs), default=0)
+    if not per_job:
+        per_job = sum((build.ckpt.directory / n).stat().st_size for n in build.ckpt.files if (build.ckpt.directory / n).is_file())
+    budget = build.budget  # --max-memory: the copies share what the build may use beyond its fixed working set
+    workers = forked.workers_for(len(jobs), 2 * per_job, budget.bytes - WORKING_SET_BYTES if budget is not None else None)
     if workers < 2:  # workers_for never exceeds the pending graphs: one graph exports in this process
         return
 
@@ -85,7 +96,8 @@ def _export_side_by_side(build, jobs: list) -> None:
             build.cache.run("export", inputs, make)
         return run
 
-    build.adapter.model()  # loaded (memory-mapped) once, here: the copies share it, and verify uses it after them
+    if not build.adapter.loads_parts:
+        build.adapter.model()  # loaded once, here: the copies share it, and verify uses it after them
     names = ", ".join(comp.graph_name for comp, _, _ in jobs)
     with build.log.stage("export", f"{len(jobs)} graphs, {workers} at a time in forked processes: {names}"):
         try:
@@ -120,37 +132,79 @@ def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom
         return fp32, {"precision": precision, "scheme": "none (float32)", "calibration": None, "isa": FLOAT_ISA}, ()
     calibrated = backend.calibrated(method)
     cal = build.adapter.calibration() if calibrated else None
-    feeds: dict = {}  # computed once, for the first graph that needs them
+    upstream = build.recipe.calibration_upstream if calibrated else None
+    if upstream not in (None, "float", "quantized"):
+        from exporter.errors import UsageError
+
+        raise UsageError(f"recipe {build.recipe.name}: calibration_upstream {upstream!r} is neither 'float' nor 'quantized'",
+                         "set calibration_upstream to 'float' or 'quantized' in the recipe")
+    # the order in which graphs are quantized: by chain level (embedding, part 1, ..., head) where calibration flows from
+    # quantized upstream graphs, so that every graph before a level is quantized when that level is calibrated
+    levels = _chain_levels(build.components) if upstream == "quantized" else {n: 0 for n in fp32}
+    feeds: dict = {}  # per level: computed once, for the first graph of that level that needs them
     custom_ops: tuple[str, ...] = ()
     out, info = {}, {}
-    for name, src in fp32.items():
-        options = build.recipe.quant_options.get(quant_options_key(backend, precision), {})
-        inputs = {"source": sha256_file(src), "precision": precision, "method": method, "tools": build.tool_subset(backend.tools(method)),
-                  "code": code_digest(), **({"options": options} if options else {})}
-        if calibrated:
-            inputs["calibration"] = cal.digest
+    try:
+        for name, src in sorted(fp32.items(), key=lambda kv: levels[kv[0]]):
+            options = build.recipe.quant_options.get(quant_options_key(backend, precision), {})
+            inputs = {"source": sha256_file(src), "precision": precision, "method": method, "tools": build.tool_subset(backend.tools(method)),
+                      "code": code_digest(), **({"options": options} if options else {})}
+            level = levels[name]
+            drive = {n: (out[n] if levels[n] < level else p) for n, p in fp32.items()}  # what the calibration runs go through
+            if calibrated:
+                inputs["calibration"] = cal.digest
+                if upstream == "quantized":
+                    inputs["upstream"] = {n: sha256_file(p) for n, p in sorted(drive.items()) if levels[n] < level}
 
-        def make(tmp: Path, name=name, src=src, options=options):
-            if method in WORKER_PASSES:
-                from exporter.backends import quantize as q
+            def make(tmp: Path, name=name, src=src, options=options, level=level, drive=drive):
+                if method in WORKER_PASSES:
+                    from exporter.backends import quantize as q
 
-                extra = (precision,) if method.startswith("nncf-") else ()
-                return q.in_worker(WORKER_PASSES[method], src, tmp / "model.onnx", *extra)
-            if not feeds:
-                with build.log.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples)"):
-                    feeds.update(build.adapter.calibration_feeds(fp32))
-            return calibrated_pass(method, src, tmp / "model.onnx", feeds[name], options)
+                    extra = (precision,) if method.startswith("nncf-") else ()
+                    return q.in_worker(WORKER_PASSES[method], src, tmp / "model.onnx", *extra)
+                if level not in feeds:
+                    upstream_note = f", upstream quantized below level {level}" if upstream == "quantized" else ""
+                    with build.log.stage("calibrate", f"{cal.name} ({len(getattr(cal, 'sequences', None) or cal.items)} samples{upstream_note})"):
+                        _drop(feeds)  # one level's feeds at a time
+                        feeds[level] = build.adapter.calibration_feeds(drive)
+                return calibrated_pass(method, src, tmp / "model.onnx", feeds[level][name], options)
 
-        with build.log.stage("quantize", f"{name} {precision} ({method})"):
-            r = build.cache.run("quantize", inputs, make)
-        build.log.hit(f"quantize/{name}", r.hit)
-        out[name] = r.path / "model.onnx"
-        info = r.info
-        if info.get("needs_custom_ops") and not custom_ops:
-            custom_ops = custom_op_libraries(build)
+            with build.log.stage("quantize", f"{name} {precision} ({method})"):
+                r = build.cache.run("quantize", inputs, make)
+            build.log.hit(f"quantize/{name}", r.hit)
+            out[name] = r.path / "model.onnx"
+            info = r.info
+            if info.get("needs_custom_ops") and not custom_ops:
+                custom_ops = custom_op_libraries(build)
+    finally:
+        _drop(feeds)  # and what they spilled to disk
+    out = {n: out[n] for n in fp32}  # the plan's order
     scheme = {"precision": precision, "method": method, **info}
-    scheme["calibration"] = {**cal.to_json(), "procedure": build.adapter.calibration_procedure} if calibrated else None
+    scheme["calibration"] = ({**cal.to_json(), "procedure": build.adapter.calibration_procedure, "upstream": UPSTREAM[upstream]}
+                             if calibrated else None)
     return out, scheme, custom_ops
+
+
+UPSTREAM = {
+    "float": "float: every graph's calibration inputs come from the float graphs before it",
+    "quantized": ("quantized: each graph's calibration inputs come from the quantized graphs before it in the chain "
+                  "(part k on what the quantized embedding and parts 1..k-1 produce)"),
+}
+
+
+def _drop(feeds: dict) -> None:
+    """Forget the feeds held (and remove what they spilled to disk)."""
+    for f in feeds.values():
+        getattr(f, "cleanup", lambda: None)()
+    feeds.clear()
+
+
+def _chain_levels(components) -> dict[str, int]:
+    """Each graph's place in the chain a token runs through: embedding (and encoders) 0, stack part k at k, head last."""
+    parts = [c.part[0] if c.part else 1 for c in components if c.role in ("prefill", "decode")]
+    last = max(parts, default=0) + 1
+    return {c.name: (c.part[0] if c.part else 1) if c.role in ("prefill", "decode") else last if c.role == "head" else 0
+            for c in components}
 
 
 def quant_options_key(backend, precision: str) -> str:

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from exporter.cli.app import app
-from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, public_key_or_dev
+from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, MAX_MEMORY_OPT, public_key_or_dev
 from exporter.cli.render import err_console, print_json, print_plan, print_groups
 
 
@@ -22,13 +22,15 @@ def plan_cmd(
     context: Optional[int] = CONTEXT_OPT,
     ram: Optional[float] = RAM_OPT,
     fmt: Optional[str] = FORMAT_OPT,
+    max_memory: Optional[float] = MAX_MEMORY_OPT,
     as_json: bool = JSON_OPT,
 ):
-    """Print the explicit execution plan (artifacts, parts, memory budget) or its rejection.
+    """Print the explicit execution plan (artifacts, parts, memory budget, the build's estimated peak) or its rejection.
 
     Exit 0: admitted and buildable here; 4: rejected (reason code); 6: admitted, but this
     host lacks a prerequisite (listed). Nothing is written; `edge-export recipe` records.
     """
+    from exporter.build_memory import budget_for
     from exporter.plan import make_plan
     from exporter.targets import get_target
     from recipes import get_recipe
@@ -37,7 +39,7 @@ def plan_cmd(
     if ram is not None:
         tgt = tgt.with_ram(ram)
     recipe = get_recipe(name)
-    plan = make_plan(recipe, tgt, precision, context, fmt, requested_target=target)
+    plan = make_plan(recipe, tgt, precision, context, fmt, requested_target=target, budget=budget_for(max_memory))
     groups = None
     if recipe.cost.groups:
         from exporter.plan import make_group_plans

@@ -63,6 +63,14 @@ class RichReporter:
     def note(self, message: str) -> None:
         self.console.print(message, highlight=False)  # stderr, also under --json: what a run waits for must be visible
 
+def size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps a digit before the point (a tiny twin's part is KiB, not 0.00 GiB)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
 def print_plan(plan) -> None:
     from rich.markup import escape
 
@@ -86,6 +94,13 @@ def print_plan(plan) -> None:
             t.add_row(k.replace("_bytes", "").replace("_", " "), gib(m[k]))
         t.add_row("weights shared between graphs", str(m["weights_shared_between_graphs"]))
         con.print(t)
+    bm = plan.build_memory
+    if bm:
+        budget = bm.get("budget")
+        con.print(f"build: estimated peak {size(bm['estimated_peak_bytes'])} ({escape(bm['estimate'])}; largest part "
+                  f"{size(bm['largest_part_fp32_bytes'])} float32)"
+                  + (f", budget {size(budget['budget_bytes'])} ({escape(budget['source'])})" if budget else ", no build budget")
+                  + (f"; parts cut by {escape(bm['parts_cut_by'])}" if bm["parts_cut_by"] != "none" else ""))
     if plan.rejection:
         r = plan.rejection
         con.print(f"[red]rejected[/red] {escape(f'[{r.code}] {r.reason}')}\n  fix: {escape(r.fix)}")

@@ -70,7 +70,9 @@ class Gemma3Stack(nn.Module):
         super().__init__()
         self.mean_sq = mean_sq_last_pooled if pooled_mean else mean_sq_last
         cfg = hf_model.config
-        self.layers = hf_model.model.layers
+        # only this range's layers, under their stack indices: the part's tensors and nothing else (the parameter
+        # names, layers.I..., are those of the whole stack)
+        self.layers = nn.ModuleDict({str(i): hf_model.model.layers[i] for i in range(start, end)})
         self.kinds = layer_kinds(cfg)
         self.ar, self.context, self.start, self.end = ar, context, start, end
         self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -102,7 +104,7 @@ class Gemma3Stack(nn.Module):
         h = hidden
         new_kv = []
         for slot, i in enumerate(range(self.start, self.end)):
-            layer = self.layers[i]
+            layer = self.layers[str(i)]
             attn = layer.self_attn
             kind = self.kinds[i]
             cos, sin = tables[kind]

@@ -44,7 +44,7 @@ class DecoderStack(nn.Module):
         super().__init__()
         self.mean_sq = mean_sq_last_pooled if pooled_mean else mean_sq_last
         cfg = hf_model.config
-        self.layers = hf_model.model.layers
+        self.layers = nn.ModuleDict({str(i): hf_model.model.layers[i] for i in range(start, end)})  # this range only
         self.ar, self.start, self.end = ar, start, end
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -59,7 +59,7 @@ class DecoderStack(nn.Module):
         h = hidden
         new_kv = []
         for slot, i in enumerate(range(self.start, self.end)):
-            h, k, v = decoder_layer(self.layers[i], h, cos, sin, past[2 * slot], past[2 * slot + 1], mask_global, self.n_heads, self.n_kv,
+            h, k, v = decoder_layer(self.layers[str(i)], h, cos, sin, past[2 * slot], past[2 * slot + 1], mask_global, self.n_heads, self.n_kv,
                                     self.head_dim, self.eps, self.mean_sq)
             new_kv += [k, v]
         return (h, *new_kv)
