@@ -177,6 +177,23 @@ class Sampler:
         return R()
 
 
+def sampled(out: Path, run):
+    """`run(reporter)` into a fresh output root `out` under a Sampler: (its result, the sampler, the baseline Pss before
+    it, its wall seconds)."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    s = Sampler()
+    base = _rss()
+    s.start()
+    t = time.perf_counter()
+    try:
+        r = run(s.reporter())
+    finally:
+        s.stop()
+    return r, s, base, time.perf_counter() - t
+
+
 def config_for(size: str) -> dict:
     from recipes.tiny_lm import CONFIG
 
@@ -275,18 +292,12 @@ def main() -> None:
         params = write_checkpoint(size, ckpt)
         weights = (ckpt / "model.safetensors").stat().st_size
         out = a.work / f"out-{size}-{a.precision}"
-        import shutil
-
-        shutil.rmtree(out, ignore_errors=True)
-        s = Sampler()
-        base = _rss()
-        s.start()
-        t = time.perf_counter()
-        r = build_one(recipe_for(size, ckpt), get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt, reporter=s.reporter())
-        total = time.perf_counter() - t
-        s.stop()
+        r, s, base, total = sampled(out, lambda rep: build_one(recipe_for(size, ckpt), get_target("cpu"), a.precision, out_root=out,
+                                                              checkpoint=ckpt, reporter=rep))
         top = {k: v for k, v in r.timings.items()}
         after = _after_build(r.bundle, keys.public)
+        import shutil
+
         shutil.rmtree(r.bundle)
         t = time.perf_counter()
         again = build_one(recipe_for(size, ckpt), get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt)
