@@ -106,6 +106,8 @@ class BoundedRunners:
     closed; the least recently run sessions close first. Results are those of sessions opened once each: opening a
     graph again gives the same session configuration (the stats say how often that happened)."""
 
+    bounded = True  # a driver that can run one graph level at a time should (verify/split_lm_driver.teacher_forced_by_parts)
+
     def __init__(self, paths: dict[str, Path], specs: dict, target: dict, custom_ops: tuple, budget_bytes: int):
         from collections import OrderedDict
 

@@ -204,9 +204,12 @@ def test_a_build_by_parts_resumes_where_it_was_killed_and_verifies_as_the_whole_
 def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget(tmp_path, monkeypatch):
     """Verify and calibration open a stage's graphs through `open_graphs(budget_bytes=...)`: below the graphs' total,
     sessions open on first use and the least recently used close; a generation through them gives the same tokens and
-    logits as one through sessions all open at once, and never holds more graph bytes than the budget."""
+    logits as one through sessions all open at once, and never holds more graph bytes than the budget. Teacher-forced
+    runs one graph level at a time (what verify does with bounded sessions) give exactly what token-by-token runs give,
+    call for call, across parts and context buckets, opening each session once per level."""
     import numpy as np
 
+    from exporter import build_memory as bm
     from exporter import forked
     from exporter.backends import onnx_stages
     from exporter.loaders import BoundedRunners, graph_bytes_on_disk, open_graphs
@@ -218,7 +221,7 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
 
     monkeypatch.setenv(forked.WORKERS_ENV, "1")
     recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
-    plan = make_plan(recipe, cpu, "fp32", 32, None, None)
+    plan = make_plan(recipe, cpu, "fp32", None, None, None, budget=bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "t"))
     build = prepare(recipe, cpu, plan, tmp_path / ".cache")
     paths = onnx_stages.export(build.backend, build)
     comps = build.manifest_components()
@@ -229,11 +232,36 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     bounded, pl_bounded = open_graphs(paths, comps, build.cpu_target(), budget_bytes=budget)
     assert isinstance(bounded, BoundedRunners) and pl_bounded == pl_eager
     graphs = {c["name"]: drv.GraphSpec.from_manifest_component(c) for c in comps}
+    assert len({g.context for g in graphs.values() if g.role == "decode"}) >= 3 and max(g.part[1] for g in graphs.values()) == 3
     prompt = [5, 9, 200, 17, 3, 8, 11, 4, 2, 7, 99]
     want = drv.generate(eager, graphs, recipe.state_layout, prompt, 6)
     got = drv.generate(bounded, graphs, recipe.state_layout, prompt, 6)
     assert want[0] == got[0] and all(np.array_equal(a, b) for a, b in zip(want[1], got[1]))
     assert bounded.peak_open_bytes <= budget and bounded.opens > len(paths)  # sessions were closed and opened again
+
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(0, 512, n)] for n in (5, 8, 45)]  # 45 + 30 steps moves from bucket 32 to 128
+    forced = [[int(t) for t in rng.integers(0, 512, 30)] for _ in prompts]
+    seen_want, seen_got = [], []
+
+    def keep(seen, run):
+        return lambda step: seen.append(((run, step.component, step.n_past), {k: v.copy() for k, v in step.outputs.items()}))
+
+    want = [drv.generate(eager, graphs, recipe.state_layout, p, 30, forced=f, on_step=keep(seen_want, i))
+            for i, (p, f) in enumerate(zip(prompts, forced))]
+    opens = bounded.opens
+    got = drv.teacher_forced_by_parts(bounded, graphs, recipe.state_layout,
+                                      [drv.ForcedRun(p, f, 30, on_step=keep(seen_got, i)) for i, (p, f) in enumerate(zip(prompts, forced))])
+    for (wt, wl), (gt, gl) in zip(want, got):
+        assert wt == gt and len(wl) == len(gl) == 30 and all(np.array_equal(a, b) for a, b in zip(wl, gl))
+    assert sorted(k for k, _ in seen_want) == sorted(k for k, _ in seen_got)  # the same calls ...
+    by = dict(seen_want)
+    assert all(all(np.array_equal(by[k][n], v) for n, v in out.items()) for k, out in seen_got)  # ... with the same outputs
+    by_parts = bounded.opens - opens
+    for p, f in zip(prompts, forced):
+        drv.generate(bounded, graphs, recipe.state_layout, p, 30, forced=f)
+    by_token = bounded.opens - opens - by_parts
+    assert by_parts * 10 < by_token, (by_parts, by_token)  # a session per level and run, not per token
 
 
 def test_the_budget_cuts_parts_or_names_the_missing_memory():

@@ -84,30 +84,45 @@ def measure_stage(
     step_hits: list[list[int]] = []  # [step] -> 1/0 per prompt that reached that step
     capacity = max(g.context for g in graphs.values() if g.role in ("prefill", "decode"))
 
-    contexts: set[int] = set()  # the buckets the current prompt's calls ran in
+    def recorder(contexts: set[int]):
+        """The per-call check of one prompt's teacher-forced run; `contexts` collects the buckets its calls ran in."""
 
-    def record(step) -> None:
-        g = graphs[step.component]
-        if g.role in ("prefill", "decode"):
-            contexts.add(g.context)
-        ref = reference.call(step.component, {n: step.feeds[n] for n in g.inputs}, g.outputs)
-        n = min(step.n_valid, g.ar)
-        for name, value in step.outputs.items():
-            # only the rows of real tokens count; padded rows are discarded by the runtime.
-            # Token rows are axis 1 of [1, AR, ...] outputs and axis 2 of KV rows [1, heads, AR, dim].
-            if value.ndim == 4:
-                acc[step.component][name].add(ref[name][:, :, :n], value[:, :, :n])
-            else:
-                acc[step.component][name].add(ref[name][:, :n], value[:, :n])
+        def record(step) -> None:
+            g = graphs[step.component]
+            if g.role in ("prefill", "decode"):
+                contexts.add(g.context)
+            ref = reference.call(step.component, {n: step.feeds[n] for n in g.inputs}, g.outputs)
+            n = min(step.n_valid, g.ar)
+            for name, value in step.outputs.items():
+                # only the rows of real tokens count; padded rows are discarded by the runtime.
+                # Token rows are axis 1 of [1, AR, ...] outputs and axis 2 of KV rows [1, heads, AR, dim].
+                if value.ndim == 4:
+                    acc[step.component][name].add(ref[name][:, :, :n], value[:, :, :n])
+                else:
+                    acc[step.component][name].add(ref[name][:, :n], value[:, :n])
 
+        return record
+
+    runs = []
     for item in prompts:
         p = item if isinstance(item, Prompt) else Prompt(list(item))
-        prompt, rkw, akw = p.tokens, ({"inject": p.reference_rows} if p.reference_rows else {}), ({"inject": p.artifact_rows} if p.artifact_rows else {})
-        contexts.clear()
-        n_steps = min(steps, capacity - len(prompt) + 1)  # a sequence never exceeds the largest bucket
-        ref_tokens = reference.generate(prompt, n_steps, **rkw)
-        ref_logits = reference.teacher_logits(prompt, ref_tokens, **rkw)
-        tokens, logits = lm_driver.generate(runners, graphs, layout, prompt, n_steps, forced=ref_tokens, on_step=record, **akw)
+        rkw, akw = ({"inject": p.reference_rows} if p.reference_rows else {}), ({"inject": p.artifact_rows} if p.artifact_rows else {})
+        n_steps = min(steps, capacity - len(p.tokens) + 1)  # a sequence never exceeds the largest bucket
+        ref_tokens = reference.generate(p.tokens, n_steps, **rkw)
+        runs.append((p, akw, n_steps, ref_tokens, reference.teacher_logits(p.tokens, ref_tokens, **rkw), set()))
+    forced = None
+    if getattr(runners, "bounded", False) and hasattr(lm_driver, "teacher_forced_by_parts"):
+        # the sessions do not all fit the budget: every teacher-forced run one graph level at a time, so each session
+        # opens once per level instead of once per token (the same calls on the same inputs: the same numbers)
+        forced = lm_driver.teacher_forced_by_parts(runners, graphs, layout, [
+            lm_driver.ForcedRun(p.tokens, ref_tokens, n_steps, akw.get("inject"), recorder(contexts))
+            for p, akw, n_steps, ref_tokens, _, contexts in runs])
+    for ri, (p, akw, n_steps, ref_tokens, ref_logits, contexts) in enumerate(runs):
+        prompt = p.tokens
+        if forced is not None:
+            tokens, logits = forced[ri]
+        else:
+            tokens, logits = lm_driver.generate(runners, graphs, layout, prompt, n_steps, forced=ref_tokens, on_step=recorder(contexts), **akw)
         for a, b in zip(ref_logits, logits):
             vs_hf.add(a, b)
         matches = [int(x == y) for x, y in zip(tokens, ref_tokens)]

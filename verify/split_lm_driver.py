@@ -203,3 +203,97 @@ def generate(
     ar = max(g.ar for g in graphs.values() if g.role == "prefill")
     return prefill_then_decode(prompt, ar, lambda chunk: call(runners, graphs, state, chunk, "prefill", on_step, inject),
                                lambda tok: call(runners, graphs, state, [tok], "decode", on_step), steps, forced)
+
+
+@dataclass
+class ForcedRun:
+    """One teacher-forced run: `prompt` prefilled, then forced[:steps - 1] decoded; `on_step` sees its calls."""
+
+    prompt: list[int]
+    forced: list[int]
+    steps: int
+    inject: dict | None = None
+    on_step: Callable[[StepRecord], None] | None = None
+
+
+def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphSpec], layout: dict,
+                            runs: list[ForcedRun]) -> list[tuple[list[int], list[np.ndarray]]] | None:
+    """Every run's (argmax tokens, logits of every step), exactly what `generate(..., forced=run.forced)` returns for
+    each, computed one graph level at a time: the embedding of every call of every run, then stack part 1 of every
+    call, ..., then the head. A part's KV state depends only on its own inputs, so each level replays the runs with
+    its own state; a runner of one level is used for all its calls before the next level's is first used (a bounded
+    set of sessions opens each graph once per level instead of once per token). None where the buckets are cut into
+    different numbers of parts (then use `generate`)."""
+    counts = {len(_graphs_for(graphs, g.role, g.ar, g.context)) for g in graphs.values() if g.role in ("prefill", "decode")}
+    if len(counts) != 1:
+        return None
+    (n_parts,) = counts
+    ars = {role: max(g.ar for g in graphs.values() if g.role == role) for role in ("prefill", "decode")}
+    schedules = []  # per run: [(role, tokens)]
+    for r in runs:
+        calls = [("prefill", r.prompt[i : i + ars["prefill"]]) for i in range(0, len(r.prompt), ars["prefill"])]
+        calls += [("decode", [t]) for t in r.forced[: r.steps - 1]]
+        schedules.append(calls)
+
+    def replay(level):
+        """Run `level(run, state, call index, role, tokens, ar, context, n_past)` over every call of every run, each run
+        with a fresh state that follows the layout's bucket rules."""
+        for ri, calls in enumerate(schedules):
+            state = RingFullState(layout)
+            for ci, (role, tokens) in enumerate(calls):
+                ar, n = ars[role], len(tokens)
+                context = state.select(n, ar)
+                level(ri, state, ci, role, tokens, ar, context, state.n_past)
+                state.n_past += n
+
+    def run(r: ForcedRun, g: GraphSpec, feeds: dict, n_past: int, n: int) -> dict[str, np.ndarray]:
+        feeds = {k: v for k, v in feeds.items() if k in g.inputs}
+        out = dict(zip(g.outputs, runners[g.name].run(g.outputs, feeds)))
+        if r.on_step:
+            r.on_step(StepRecord(g.name, n_past, n, feeds, out))
+        return out
+
+    hidden: dict[tuple[int, int], np.ndarray] = {}
+
+    def embed(ri, state, ci, role, tokens, ar, context, n_past):
+        ids = np.zeros((1, ar), np.int32)
+        ids[0, : len(tokens)] = tokens
+        g = next(x for x in graphs.values() if x.role == "embedding" and x.ar == ar)
+        h = run(runs[ri], g, {"input_ids": ids}, n_past, len(tokens))["hidden"]
+        if runs[ri].inject:
+            h = h.copy()
+            for j in range(len(tokens)):
+                if n_past + j in runs[ri].inject:
+                    h[0, j] = runs[ri].inject[n_past + j]
+        hidden[ri, ci] = h
+
+    replay(embed)
+    for k in range(n_parts):
+        def part(ri, state, ci, role, tokens, ar, context, n_past, k=k):
+            n = len(tokens)
+            g = _graphs_for(graphs, role, ar, context)[k]
+            pos = np.full((1, ar), n_past + n - 1, np.int32)
+            pos[0, :n] = np.arange(n_past, n_past + n)
+            out = run(runs[ri], g, {"hidden": hidden[ri, ci], "position_ids": pos, **masks(state, ar, context, n), **state.past_feeds(g)},
+                      n_past, n)
+            state.write(out, g.layers, n)
+            hidden[ri, ci] = out["hidden_out"]
+
+        replay(part)
+    head = next(g for g in graphs.values() if g.role == "head")
+    last: dict[tuple[int, int], np.ndarray] = {}
+
+    def tail(ri, state, ci, role, tokens, ar, context, n_past):
+        n = len(tokens)
+        last[ri, ci] = run(runs[ri], head, {"hidden": np.ascontiguousarray(hidden.pop((ri, ci))[:, n - 1 : n])}, n_past, n)["logits"][0, 0]
+
+    replay(tail)
+    from verify.sampler import greedy
+
+    out = []
+    for ri, (r, calls) in enumerate(zip(runs, schedules)):
+        n_prefill = sum(1 for role, _ in calls if role == "prefill")
+        logits = [last[ri, n_prefill - 1]] + [last[ri, ci] for ci in range(n_prefill, len(calls))]
+        out.append(([greedy(x) for x in logits], logits))
+    return out
+
