@@ -52,27 +52,18 @@ def normalised_digest(path: Path) -> str:
     if path.suffix == ".onnx":
         import onnx
 
+        from exporter.backends.onnx_export import all_nodes
+
         m = onnx.load_model_from_string(data)
-
-        def strip(nodes):
-            for n in nodes:
-                keep = [x for x in n.metadata_props if "stack_trace" not in x.key]
-                del n.metadata_props[:]
-                n.metadata_props.extend(keep)
-                if n.op_type == "EPContext":
-                    n.name = re.sub(METADEF.decode(), "METADEF", n.name)
-                    for a in n.attribute:
-                        if a.name == "partition_name":
-                            a.s = re.sub(METADEF, b"METADEF", a.s)
+        for n in all_nodes(m):
+            keep = [x for x in n.metadata_props if "stack_trace" not in x.key]
+            del n.metadata_props[:]
+            n.metadata_props.extend(keep)
+            if n.op_type == "EPContext":
+                n.name = re.sub(METADEF.decode(), "METADEF", n.name)
                 for a in n.attribute:
-                    if a.g.node:
-                        strip(a.g.node)
-                    for g in a.graphs:
-                        strip(g.node)
-
-        strip(m.graph.node)
-        for f in m.functions:
-            strip(f.node)
+                    if a.name == "partition_name":
+                        a.s = re.sub(METADEF, b"METADEF", a.s)
         data = m.SerializeToString(deterministic=True)
     elif path.suffix == ".bin":
         # the name and the length fields in the 16 bytes before each copy of it

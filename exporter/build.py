@@ -102,10 +102,11 @@ class Build:
 
     @property
     def budget(self):
-        """The build's memory budget (exporter/build_memory.BuildBudget) its plan was made under; None: unbounded."""
-        from exporter.build_memory import recorded_budget
+        """The build's memory budget (exporter/build_memory.BuildBudget) its plan was made under; UNBOUNDED where the plan
+        has none."""
+        from exporter.build_memory import UNBOUNDED, recorded_budget
 
-        return recorded_budget({"build_memory": self.plan.build_memory})
+        return recorded_budget({"build_memory": self.plan.build_memory}) or UNBOUNDED
 
     @property
     def reporter(self) -> Reporter:

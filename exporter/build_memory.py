@@ -46,6 +46,10 @@ class BuildBudget:
                 "part_factor": PART_FACTOR, "part_limit_bytes": self.part_limit_bytes}
 
 
+# the budget of a build whose plan was made without one (tests and benches that run single stages): nothing is bounded
+UNBOUNDED = BuildBudget(1 << 62, "unbounded: the plan has no build budget")
+
+
 def host_available_bytes() -> int | None:
     """MemAvailable of /proc/meminfo (Linux); None where the host does not say."""
     try:

@@ -305,8 +305,9 @@ def make_plan(
     budget=None,
 ) -> Plan:
     """The plan of one bundle. `budget` (exporter/build_memory.BuildBudget, a build's memory budget): where the target
-    sets no per-graph limit it cuts a stack that can be cut into parts whose float32 tensors fit it, and a build whose
-    estimated peak exceeds it is rejected (`build-memory`); without one (the matrix's target-only plans) the cut is
+    sets no tighter per-graph limit it cuts a stack that can be cut into parts whose float32 tensors fit it, and a build
+    that cannot fit it (estimated peak above it, or one layer over its part size) names `build-memory` as a missing
+    prerequisite, the target's plan unchanged; without one (the matrix's target-only plans) the cut is
     the target's alone and the estimate is reported against no budget."""
     from exporter.errors import UnknownNameError
 

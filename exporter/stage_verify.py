@@ -40,7 +40,7 @@ def verify(build, artifacts) -> tuple[dict, dict]:
         for point, paths, target in points:
             provider = provider_of(next(iter(paths.values())), target)
             with build.log.stage("verify", f"{point.stage} on {provider}"):
-                runners, pl = open_graphs(paths, comps, target, artifacts.custom_ops, budget_bytes=session_budget(build))
+                runners, pl = open_graphs(paths, comps, target, artifacts.custom_ops, budget_bytes=build.budget.session_bytes)
                 results.append(adapter.measure(point.stage, provider, point.precision, runners, comps))
                 placement = {n: p.to_json() for n, p in pl.items()}
                 del runners  # this point's sessions (a copy of the weights each) go before the next point's open
@@ -55,11 +55,6 @@ def verify(build, artifacts) -> tuple[dict, dict]:
     data = json.loads((r.path / "parity.json").read_text())
     data["summary"]["evaluation"] = ev.to_json()
     return data["summary"], artifacts.placement or data["placement"]
-
-
-def session_budget(build) -> int | None:
-    """What a stage's open sessions may hold together (graph bytes): the build budget's share; None: unbounded."""
-    return build.budget.session_bytes if build.budget is not None else None
 
 
 def _where(build, where: str) -> dict:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from verify.sampler import prefill_then_decode
+from verify.sampler import greedy, prefill_then_decode
 
 from verify.lm_driver import Runner, StepRecord
 
@@ -288,8 +288,6 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
         last[ri, ci] = run(runs[ri], head, {"hidden": np.ascontiguousarray(hidden.pop((ri, ci))[:, n - 1 : n])}, n_past, n)["logits"][0, 0]
 
     replay(tail)
-    from verify.sampler import greedy
-
     out = []
     for ri, (r, calls) in enumerate(zip(runs, schedules)):
         n_prefill = sum(1 for role, _ in calls if role == "prefill")

@@ -25,8 +25,7 @@ def lm_calibration_feeds(build, float_graphs: dict, sequences, prompts=()) -> di
 
     layout = build.recipe.state_layout
     lm_driver = driver_for(layout)
-    budget = build.budget.session_bytes if build.budget is not None else None
-    runners, _ = open_graphs(float_graphs, build.manifest_components(), build.cpu_target(), budget_bytes=budget)
+    runners, _ = open_graphs(float_graphs, build.manifest_components(), build.cpu_target(), budget_bytes=build.budget.session_bytes)
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in build.manifest_components() if c["name"] in float_graphs}
     feeds = feed_recorder(build, graphs)
 
@@ -49,11 +48,10 @@ def lm_calibration_feeds(build, float_graphs: dict, sequences, prompts=()) -> di
 
 def feed_recorder(build, names):
     """A recorder of calibration feeds that keeps the build budget's share in memory and spills the rest to the stage
-    cache (exporter/feed_store.py); without a budget, all in memory."""
+    cache (exporter/feed_store.py)."""
     from exporter.feed_store import FeedRecorder
 
-    budget = build.budget
-    return FeedRecorder(names, budget.reference_bytes if budget is not None else None, build.cache.root / "calibration-feeds")
+    return FeedRecorder(names, build.budget.reference_bytes, build.cache.root / "calibration-feeds")
 
 
 class DecoderLM(FamilyAdapter):
@@ -146,8 +144,7 @@ class DecoderLM(FamilyAdapter):
 
         def make():
             s = self.streamed()
-            budget = self.build.budget
-            s.keep_bytes = budget.reference_bytes if budget is not None else 1 << 62
+            s.keep_bytes = self.build.budget.reference_bytes
             arch = self.build.recipe.architecture
             return StreamedLMReference(s, {c.name: step_module(s.model, arch, c) for c in self.build.components})
 

@@ -100,6 +100,22 @@ def _source_roots() -> list[str]:
     return sorted((r.rstrip("/") + "/" for r in roots), key=len, reverse=True)
 
 
+def all_nodes(model):
+    """Every node of an ONNX model: its graph's, its subgraphs' (If / Loop / Scan bodies) and its local functions'."""
+
+    def walk(nodes):
+        for n in nodes:
+            yield n
+            for a in n.attribute:
+                yield from walk(a.g.node)
+                for g in a.graphs:
+                    yield from walk(g.node)
+
+    yield from walk(model.graph.node)
+    for f in model.functions:
+        yield from walk(f.node)
+
+
 def relative_source_paths(model) -> int:
     """Make the source paths in torch.onnx's per-node stack traces relative to their import root (exporter/models/
     qwen3.py, transformers/...): the absolute ones name the checkout and the environment, so the same graph built
@@ -114,23 +130,12 @@ def relative_source_paths(model) -> int:
         return f'File "{path[len(root):]}"' if root else m.group(0)
 
     changed = 0
-
-    def walk(nodes):
-        nonlocal changed
-        for n in nodes:
-            for prop in n.metadata_props:
-                if prop.key.endswith("stack_trace") and 'File "/' in prop.value:
-                    new = re.sub(r'File "([^"]+)"', rel, prop.value)
-                    changed += new != prop.value
-                    prop.value = new
-            for a in n.attribute:
-                walk(a.g.node)
-                for g in a.graphs:
-                    walk(g.node)
-
-    walk(model.graph.node)
-    for f in model.functions:
-        walk(f.node)
+    for n in all_nodes(model):
+        for prop in n.metadata_props:
+            if prop.key.endswith("stack_trace") and 'File "/' in prop.value:
+                new = re.sub(r'File "([^"]+)"', rel, prop.value)
+                changed += new != prop.value
+                prop.value = new
     return changed
 
 

@@ -85,8 +85,8 @@ def _export_side_by_side(build, jobs: list) -> None:
     per_job = max((build.adapter.graph_bytes(comp) or 0 for comp, _, _ in jobs), default=0)
     if not per_job:
         per_job = sum((build.ckpt.directory / n).stat().st_size for n in build.ckpt.files if (build.ckpt.directory / n).is_file())
-    budget = build.budget  # --max-memory: the copies share what the build may use beyond its fixed working set
-    workers = forked.workers_for(len(jobs), 2 * per_job, budget.bytes - WORKING_SET_BYTES if budget is not None else None)
+    # --max-memory: the copies share what the build may use beyond its fixed working set
+    workers = forked.workers_for(len(jobs), 2 * per_job, build.budget.bytes - WORKING_SET_BYTES)
     if workers < 2:  # workers_for never exceeds the pending graphs: one graph exports in this process
         return
 

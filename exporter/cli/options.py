@@ -13,7 +13,7 @@ JSON_OPT = typer.Option(False, "--json", help="Machine-readable JSON on stdout."
 CONTEXT_OPT = typer.Option(None, "--context", "-c", help="Largest context bucket to build (must be one of the recipe's buckets; never shortened silently).")
 RAM_OPT = typer.Option(None, "--ram", help="Plan for this RAM SKU of the target, in GiB (one the registry lists).")
 MAX_MEMORY_OPT = typer.Option(None, "--max-memory", help="Memory the build may use, in GiB (default: what the host has available, less 10 %); "
-                              "cuts a stack into parts that fit it and bounds verify; a build estimated above it is rejected (build-memory).")
+                              "cuts a stack into parts that fit it and bounds verify; a build estimated above it is not started: build-memory, a missing prerequisite (exit 6).")
 FORMAT_OPT = typer.Option(None, "--format", "-f", help="Artifact format (default: the target's first).")
 AUDIT_EXIT = 7  # an audit with failing bundles
 PUBLIC_KEY_OPT = typer.Option(None, "--public-key", help="Signer's public key (PEM); default: the local development key, if one exists.")

@@ -63,6 +63,7 @@ class RichReporter:
     def note(self, message: str) -> None:
         self.console.print(message, highlight=False)  # stderr, also under --json: what a run waits for must be visible
 
+
 def size(n: int) -> str:
     """Bytes in the largest binary unit that keeps a digit before the point (a tiny twin's part is KiB, not 0.00 GiB)."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
