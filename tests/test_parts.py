@@ -387,3 +387,22 @@ def test_calibration_feeds_are_copied_spilled_past_the_budget_and_quantize_the_s
     held = prepare(recipe, htp, roomy, tmp_path / "b" / ".cache")
     b, _, _ = onnx_stages.quantize(held.backend, held, onnx_stages.export(held.backend, held))
     assert a.keys() == b.keys() and all(a[n].read_bytes() == b[n].read_bytes() for n in a)
+
+
+def test_an_unknown_calibration_upstream_is_a_usage_error_naming_the_recipe(tmp_path):
+    """`Recipe.calibration_upstream` is "float" or "quantized"; anything else stops the quantize stage before any work,
+    naming the recipe and the values it may take (never a silent fall back to float)."""
+    from dataclasses import replace as dc_replace
+
+    from exporter.backends import onnx_stages
+    from exporter.errors import UsageError
+    from exporter.pipeline import prepare
+    from exporter.plan import make_plan
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    recipe, htp = dc_replace(get_recipe("tiny-spark"), calibration_upstream="upstream"), get_target("qcs6490")
+    build = prepare(recipe, htp, make_plan(recipe, htp, "w8a16", 32), tmp_path / ".cache")
+    with pytest.raises(UsageError) as e:
+        onnx_stages.quantize(build.backend, build, {})
+    assert "tiny-spark" in e.value.message and "'upstream'" in e.value.message and "'quantized'" in e.value.hint
