@@ -11,6 +11,11 @@ qualification, not for this measurement). The sampler of bench/scaling.py charge
 running. Reported per size: peak Pss (whole build and per stage), the largest part's float32 bytes, the peak less the
 baseline (interpreter and libraries imported) over the largest part, the manifest's estimate and its measured peak, and
 what the streamed reference held. One fresh process per size.
+
+`--layout qwen3` builds bench/scaling.py's Qwen3ForCausalLM sizes (0.1b, 0.5b, 1.5b, 3b; the layout, buckets (prefill
+AR-32, context 256) and 40 greedy steps of its whole-graph table) as split graphs (recipes/qwen3_split.py) cut by the
+same budget, so that table and this one compare side by side; `--part-mib` 600 there makes every size's largest part
+about the same (nine, three and two layers of 0.5b, 1.5b and 3b).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,9 +50,21 @@ def config_for(size: str) -> dict:
             "torch_dtype": "float32"}
 
 
-def recipe_for(size: str, ckpt: Path, decode_steps: int):
-    from dataclasses import replace
+def qwen3_recipe_for(size: str, ckpt: Path, decode_steps: int):
+    """bench/scaling.py's Qwen3 recipe at `size`, as split graphs the budget can cut (same buckets and thresholds)."""
+    from exporter.hashing import sha256_file
+    from recipes.base import CheckpointPin
+    from recipes.qwen3_split import make_recipe
+    from recipes.tiny_lm import PREFILL, RECIPE
+    from scaling import config_for as qwen3_config
 
+    pin = CheckpointPin(source=f"local:{ckpt}", revision=f"bench-{size}",
+                        files={n: sha256_file(ckpt / n) for n in ("config.json", "model.safetensors")})
+    r = make_recipe(RECIPE, qwen3_config(size), pin, f"bench-qwen3-split-{size}", PREFILL.ar, (PREFILL.context,))
+    return replace(r, decode_steps=decode_steps)
+
+
+def recipe_for(size: str, ckpt: Path, decode_steps: int):
     from exporter.hashing import sha256_file
     from recipes.base import CheckpointPin
     from recipes.spark import make_recipe
@@ -62,16 +80,22 @@ def main() -> None:
     ap.add_argument("--sizes", default="L6,L12,L24")
     ap.add_argument("--part-mib", type=float, default=40.0)
     ap.add_argument("--precision", default="int8")
-    ap.add_argument("--decode-steps", type=int, default=16, help="greedy steps per held-out prompt in verify (spark's recipe: 128)")
+    ap.add_argument("--decode-steps", type=int, help="greedy steps per held-out prompt in verify (default: 16 for spark, whose recipe "
+                    "has 128; 40 for qwen3, tiny-lm's and bench/scaling.py's)")
+    ap.add_argument("--layout", choices=("spark", "qwen3"), default="spark")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", action="store_true", help="keep each size's output root (bundle and stage cache); by default it is "
+                    "measured and removed, so the sizes fit one disk (3b's is about 40 GB)")
     a = ap.parse_args()
+    if a.decode_steps is None:
+        a.decode_steps = 16 if a.layout == "spark" else 40
     sizes = a.sizes.split(",")
     if len(sizes) > 1:  # one fresh process per size: no size's memory in another's figures
         rows = []
         for size in sizes:
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 subprocess.run([sys.executable, __file__, str(a.work), "--sizes", size, "--part-mib", str(a.part_mib),
-                                "--precision", a.precision, "--decode-steps", str(a.decode_steps), "--json", f.name], check=True)
+                                "--precision", a.precision, "--decode-steps", str(a.decode_steps), "--layout", a.layout, "--json", f.name, *(["--keep"] if a.keep else [])], check=True)
                 rows += json.loads(Path(f.name).read_text())
         if a.json:
             a.json.write_text(json.dumps(rows, indent=1) + "\n")
@@ -88,21 +112,29 @@ def main() -> None:
     from scaling import sampled
 
     (size,) = sizes
-    cfg = config_for(size)
-    ckpt = a.work / f"ckpt-{size}"
-    if not (ckpt / "model.safetensors").is_file():
-        synthesize(ckpt, cfg, seed=7)
-    params = sum(math.prod(s) for s in gemma3_text_tensor_shapes(cfg).values())
+    if a.layout == "qwen3":
+        import scaling
+
+        ckpt = a.work / f"ckpt-qwen3-{size}"
+        params = scaling.write_checkpoint(size, ckpt)
+        recipe, context = qwen3_recipe_for(size, ckpt, a.decode_steps), None
+    else:
+        cfg = config_for(size)
+        ckpt = a.work / f"ckpt-{size}"
+        if not (ckpt / "model.safetensors").is_file():
+            synthesize(ckpt, cfg, seed=7)
+        params = sum(math.prod(s) for s in gemma3_text_tensor_shapes(cfg).values())
+        recipe, context = recipe_for(size, ckpt, a.decode_steps), 64
     part = int(a.part_mib * (1 << 20))
     budget = bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * part) + 1, f"bench: part {a.part_mib:g} MiB")
-    out = a.work / f"out-{size}-{a.precision}"
-    r, s, base, total = sampled(out, lambda rep: build_one(recipe_for(size, ckpt, a.decode_steps), get_target("cpu"), a.precision,
-                                                          out_root=out, checkpoint=ckpt, reporter=rep, context=64, budget=budget))
+    out = a.work / f"out-{a.layout}-{size}-{a.precision}"
+    r, s, base, total = sampled(out, lambda rep: build_one(recipe, get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt,
+                                                          reporter=rep, context=context, budget=budget))
     m = json.loads((r.bundle / "manifest.json").read_text())
     largest = m["plan"]["build_memory"]["largest_part_fp32_bytes"]
     peak = max(s.peak.values())
     row = {
-        "size": size, "parameters": params, "decode_steps": a.decode_steps, "part_mib": a.part_mib, "fp32_bytes": 4 * params, "status": r.status, "verdict": r.parity.get("verdict"),
+        "layout": a.layout, "size": size, "parameters": params, "decode_steps": a.decode_steps, "part_mib": a.part_mib, "fp32_bytes": 4 * params, "status": r.status, "verdict": r.parity.get("verdict"),
         "graphs": len(m["components"]), "largest_part_fp32_bytes": largest, "baseline_pss_bytes": base, "peak_pss_bytes": peak,
         "peak_over_largest_part": round((peak - base) / largest, 2), "peak_over_fp32_checkpoint": round((peak - base) / (4 * params), 3),
         "total_s": round(total, 1), "s_per_fp32_gib": round(total / (4 * params / (1 << 30)), 1),
@@ -112,6 +144,12 @@ def main() -> None:
                        "over_largest_part": round((s.peak[n] - base) / largest, 2) if s.peak.get(n) else None,
                        "peak_by_process": s.by_process.get(n)} for n in sorted(s.peak)},
     }
+    row["output_root_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())  # bundle + stage cache
+    row["bundle_bytes"] = sum(p.stat().st_size for p in r.bundle.rglob("*") if p.is_file())
+    if not a.keep:
+        import shutil
+
+        shutil.rmtree(out)
     print(json.dumps({k: v for k, v in row.items() if k != "stages"}, indent=1), flush=True)
     if a.json:
         a.json.write_text(json.dumps([row], indent=1) + "\n")

@@ -11,6 +11,7 @@ REGISTRY: dict[str, str] = {
     "tiny-lm": "recipes.tiny_lm",
     "tiny-spark": "recipes.spark:TINY",
     "tiny-minicpm-o": "recipes.minicpm_o:TINY",
+    "tiny-lm-split": "recipes.qwen3_split:TINY",  # tiny-lm's checkpoint as split graphs the build budget can cut
     # the roadmap's five families; plan-only until their issues add a pin and exporter
     "spark": "recipes.spark",
     "qwen3-tts": "recipes.qwen3_tts",

@@ -406,3 +406,36 @@ def test_an_unknown_calibration_upstream_is_a_usage_error_naming_the_recipe(tmp_
     with pytest.raises(UsageError) as e:
         onnx_stages.quantize(build.backend, build, {})
     assert "tiny-spark" in e.value.message and "'upstream'" in e.value.message and "'quantized'" in e.value.hint
+
+
+def test_a_qwen3_checkpoint_builds_as_parts_and_matches_the_whole_graph_build(tmp_path):
+    """tiny-lm's own checkpoint (same pin) through `tiny-lm-split`: a --max-memory of one decoder layer per part cuts its
+    stack into layer-range parts that tiny-lm's one-graph-per-bucket layout cannot make; the build passes the same fp32
+    parity (every greedy token, logits within 1e-3 of transformers) as the whole-graph tiny-lm build, across two context
+    buckets, and the gate opens it."""
+    from exporter import build_memory as bm
+    from exporter import forked
+
+    part = 210_000  # float32 bytes: one of tiny-lm's decoder layers (~197 KB), its embedding or its head (~131 KB)
+    gib = (bm.WORKING_SET_BYTES + bm.PART_FACTOR * part + 1) / bm.GiB
+    env = {forked.WORKERS_ENV: "1", "EDGE_EXPORT_KEY_DIR": str(tmp_path / "keys")}
+    runs = {}
+    for name, extra in (("tiny-lm-split", ["--max-memory", f"{gib:.9f}"]), ("tiny-lm", [])):
+        p = _cli("recipe", name, "--target", "cpu", "-p", "fp32", *extra, "--out", tmp_path / name, "--json", env=env)
+        assert p.returncode == 0, (name, p.stderr[-3000:])
+        bundle = tmp_path / name / name / "cpu-x86-linux" / "fp32"
+        runs[name] = (bundle, json.loads((bundle / "manifest.json").read_text()), json.loads((bundle / "parity.json").read_text()))
+    bundle, m, parity = runs["tiny-lm-split"]
+    names = [c["graph_name"] for c in m["components"]]
+    assert m["plan"]["build_memory"]["parts_cut_by"] == "the build budget's part size"
+    assert {"embed_ar32", "head_ar1"} <= set(names) and sum("_part1of2" in n for n in names) == sum("_part2of2" in n for n in names) >= 4
+    assert max(a["weight_bytes"] for a in m["plan"]["artifacts"]) <= part
+    assert m["state_layout"]["kind"] == "kv-ring+full"
+    whole = runs["tiny-lm"][2]
+    assert parity["verdict"] == whole["verdict"] == "pass"
+    for q, w in zip(parity["stages"], whole["stages"]):
+        assert q["decode"]["token_agreement"] == w["decode"]["token_agreement"] == 1.0
+        assert q["decode"]["all_greedy_exact"] and w["decode"]["all_greedy_exact"]
+        assert q["decode"]["logits_vs_hf"]["max_abs"] < 1e-3
+    p = _cli("verify", bundle, "--open", env=env)
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -9,6 +9,10 @@ def step_module(hf_model, architecture: str, component, pooled_mean: bool = Fals
     ``pooled_mean`` computes the RMSNorm statistic in the form XNNPACK delegates (ExecuTorch programs);
     the reference always uses the plain form, so parity also checks that the two agree."""
     if architecture == "Qwen3ForCausalLM":
+        if component.role in ("embedding", "head") or component.layers is not None:  # split graphs (recipes/qwen3_split.py)
+            from exporter.models.split_decoder import split_step_module
+
+            return split_step_module(hf_model, component, pooled_mean)
         from exporter.models.qwen3 import Qwen3Step
 
         return Qwen3Step(hf_model, component.bucket.ar, component.bucket.context, pooled_mean).eval()
