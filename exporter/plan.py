@@ -388,6 +388,11 @@ def make_plan(
         return Plan(**head, rejection=artifacts)
     memory = _memory(recipe, target, p, graphs, artifacts)
     missing = list(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
+    if not recipe.blocked and recipe.has_exporter and wanted not in recipe.thresholds:
+        # offered for capacity planning, but verify would have nothing to judge the build by: stop before heavy work
+        missing.append(Prerequisite(f"{wanted} parity thresholds", f"recipe {recipe.name} offers {wanted} on {target.name} but defines "
+                                    f"no {wanted} parity thresholds, so verify could not judge the build",
+                                    f"measure {wanted} on the recipe's tiny twin (bench/w4a16.py for w4a16) and add its thresholds to the recipe"))
     build_memory = _build_memory(recipe, artifacts, bpw, what_limit, budget)
     if short is None and budget is not None and build_memory["estimated_peak_bytes"] > budget.bytes:
         short = (f"building it is estimated to need {gib(build_memory['estimated_peak_bytes'])} ({build_memory['estimate']}; its largest "

@@ -289,8 +289,8 @@ PRECISIONS: dict[str, Precision] = {
             "calibrated QDQ, 8-bit weights, 16-bit activations: uint8/uint16 on Qualcomm HTP (ORT QNN QDQ), int8/int16 on Ryzen AI (Quark A16W8)", 8, 16,
         ),
         Precision(
-            "w4a16", "int4 blocks of 64 (per-block scales)", "uint16 static (calibrated)", "qnn-lpbq",
-            "4-bit block-quantized weights, 16-bit activations (HTP v73+)", 4, 16, 64,
+            "w4a16", "int4 symmetric MatMul weights: LPBQ blocks of 64 (default) or per-channel (a recipe option)", "uint16 static (calibrated)", "qnn-lpbq",
+            "calibrated QDQ, 4-bit MatMul weights (low-power block quantization or per channel), 16-bit activations (HTP v73+)", 4, 16, 64,
         ),
     )
 }

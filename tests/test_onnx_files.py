@@ -137,3 +137,34 @@ def test_dynamic_int8_without_the_deepcopy_writes_the_same_bytes(tmp_path, monke
     assert (tmp_path / "ours" / "model.onnx").read_bytes() == (tmp_path / "ort" / "model.onnx").read_bytes()
     assert calls == ([1] if op == "Gemm" else [])  # ours is what ran, not the tool's deepcopy
     assert onnx_quantizer.save_and_reload_model_with_shape_infer is spy  # and the tool's function is back afterwards
+
+
+def test_dynamic_int8_past_the_inline_limit_writes_external_data_that_loads_the_same(tmp_path, monkeypatch):
+    """A float graph over the inline limit (1.8 GiB: what dynamic int8 leaves float, an embedding's Gather, could pass
+    protobuf's 2 GiB) gets its int8 weights as external data: same outputs as the inline graph, and the bundle copy
+    takes the data file with it."""
+    import onnxruntime as ort
+
+    from exporter.backends import quantize as q
+    from exporter.backends.onnx_stages import bundle_files
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    src = tmp_path / "model.onnx"  # weights past the 1 KiB that ONNX keeps inline even in an external-data model
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 128)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(src))
+    for name, limit in (("inline", q.INLINE_LIMIT_BYTES), ("external", 0)):
+        monkeypatch.setattr(q, "INLINE_LIMIT_BYTES", limit)
+        (tmp_path / name).mkdir()
+        q.dynamic_int8(src, tmp_path / name / "model.onnx")
+    assert not (tmp_path / "inline" / "model.onnx.data").exists() and (tmp_path / "external" / "model.onnx.data").is_file()
+    (tmp_path / "bundle").mkdir()
+    entry, files = bundle_files(tmp_path / "external" / "model.onnx", "g", tmp_path / "bundle")
+    assert len(files) == 2 and all((tmp_path / "bundle" / f).is_file() for f in files)
+    x = {"x": np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)}
+    want = ort.InferenceSession(str(tmp_path / "inline" / "model.onnx")).run(None, x)[0]
+    got = ort.InferenceSession(str(tmp_path / "bundle" / entry)).run(None, x)[0]
+    assert np.array_equal(want, got)

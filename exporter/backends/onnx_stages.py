@@ -214,7 +214,10 @@ def quant_options_key(backend, precision: str) -> str:
 
 
 def ort_qdq_pass(method: str, src: Path, dst: Path, feeds: list[dict], options: dict) -> dict:
-    """ORT's calibrated QDQ (uint16 activations, uint8 or int8 per-channel weights): the HTP integer path."""
+    """ORT's calibrated QDQ (uint16 activations; uint8 or int8 per-channel weights, or for `qnn-lpbq` int4 LPBQ or
+    per-channel MatMul weights): the HTP integer path."""
     from exporter.backends import quantize as q
 
+    if method == "qnn-lpbq":
+        return q.static_w4a16(src, dst, feeds, **{**q.W4A16_DEFAULTS, **options})
     return q.static_w8a16(src, dst, feeds, **options)

@@ -1,6 +1,7 @@
 """`qnn-context`: QNN context binaries for Qualcomm HTP through ONNX Runtime's EPContext (onnxruntime-qnn).
 
-Float graphs, a calibrated QDQ pass for the HTP integer path (uint8/int8 weights, uint16 activations), then each graph
+Float graphs, a calibrated QDQ pass for the HTP integer path (uint8/int8 weights, or int4 LPBQ/per-channel MatMul weights on
+v73+, with uint16 activations), then each graph
 compiled on the QNN EP (CPU fallback disabled) into an EPContext model plus its context binary. Parity at three points:
 the float export and the fake-quantized QDQ graph on ORT CPU, the compiled context on the HTP (the x86 simulator of
 onnxruntime-qnn on a build host).
@@ -15,8 +16,8 @@ class QnnBackend(Backend):
     name = "qnn-context"
     stages_module = "exporter.backends.qnn_stages"
     modules = ("onnxruntime_qnn",)
-    implemented = frozenset({"float", "ort-dynamic", "ort-qdq-static"})
-    calibrated_methods = frozenset({"ort-qdq-static"})
+    implemented = frozenset({"float", "ort-dynamic", "ort-qdq-static", "qnn-lpbq"})
+    calibrated_methods = frozenset({"ort-qdq-static", "qnn-lpbq"})
 
     def verify_points(self, precision):
         points = [VerifyPoint("float-export", "float", "fp32", "cpu")]

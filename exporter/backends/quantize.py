@@ -149,6 +149,9 @@ def _without_extra_copies():
 DYNAMIC_INT8 = {"weight_type": "QUInt8", "per_channel": True, "reduce_range": False}
 
 
+INLINE_LIMIT_BYTES = int(1.8 * (1 << 30))  # a float graph larger than this writes its quantized weights as external data
+
+
 def dynamic_int8(src: Path, dst: Path, reload: bool = False) -> dict:
     """ORT dynamic int8 (uint8 per-channel asymmetric weights, uint8 dynamic activations), then the integer-kernel
     guard: every integer product must be exact on every CPU kernel path. `reload=True` keeps ORT's own
@@ -156,8 +159,10 @@ def dynamic_int8(src: Path, dst: Path, reload: bool = False) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     _quiet()
-    # an int8 graph of a float graph over 8 GiB would pass protobuf's 2 GiB: its weights go to dst.onnx.data then
-    large = sum(p.stat().st_size for p in Path(src).parent.iterdir() if p.name.startswith(Path(src).name)) > 8 << 30
+    # the int8 graph's weights go to dst.onnx.data where it could pass protobuf's 2 GiB: not only past 8 GiB of float
+    # weights (a quarter of them), since what dynamic int8 does not quantize stays float (an embedding's Gather: a split
+    # embedding graph of a 152k x 4096 vocabulary is 2.3 GiB and stays so)
+    large = sum(p.stat().st_size for p in Path(src).parent.iterdir() if p.name.startswith(Path(src).name)) > INLINE_LIMIT_BYTES
     with contextlib.nullcontext() if reload else _without_extra_copies():
         quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, DYNAMIC_INT8["weight_type"]),
                          per_channel=DYNAMIC_INT8["per_channel"], reduce_range=DYNAMIC_INT8["reduce_range"],
@@ -324,3 +329,195 @@ def nncf_weight_only(src: Path, dst: Path, precision: str) -> dict:
     onnx.save(model, str(dst))
     return {"scheme": f"nncf-{mode.lower()}", "weights": what.replace("128", str(options.get("group_size", 128))),
             "activations": "float (unchanged)", "nncf": {"mode": mode, **options, "float_conv_weights": len(convs)}}
+
+
+# -- w4a16: 4-bit weights, 16-bit activations, for HTP v73+ ------------------------------------------------------------
+#
+# Measured on onnxruntime 1.32 + onnxruntime-qnn 2.7.0 (x86 HTP simulator, CPU fallback disabled; docs/NOTES.md, "w4a16"):
+# int4 per-channel symmetric MatMul weights run on the HTP (cosine 0.99998 against the same QDQ graph on ORT CPU); block
+# int4 in the explicit LPBQ form (a uint8 DequantizeLinear of per-block integers 1..16 times a per-channel float scale,
+# feeding the scale of the int4 DequantizeLinear) runs through the EP's low-power block-quantization fusion and matches
+# the CPU graph to 1e-8 in cosine; asymmetric block int4 builds and runs and returns garbage (cosine 0.05); a block
+# size below opset 21 writes an invalid model. So: standard opset-21 Q/DQ, symmetric weights only, LPBQ written by us.
+W4A16_DEFAULTS = {"weights": "lpbq", "block_size": 64}
+LPBQ_SCALE_BITS = 4  # the per-block integer scales' width the HTP's LPBQ encoding takes (1..16)
+INT4_MIN, INT4_MAX = -8, 7
+
+
+def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq", block_size: int = 64) -> dict:
+    """Calibrated QDQ for the HTP v73+ integer path: every constant MatMul weight int4 symmetric (per output channel,
+    or LPBQ blocks of `block_size` along the reduction axis), the other weights uint8 per-tensor as in w8a16, uint16
+    activations (MinMax), standard opset-21 Q/DQ; then the 4-bit guard (`int4_findings`)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from exporter.errors import EdgeExportError, UsageError
+
+    if weights not in ("lpbq", "per-channel"):
+        raise UsageError(f"w4a16 weights {weights!r} is neither 'lpbq' nor 'per-channel'", "set the recipe's w4a16 quant option 'weights' to one of them")
+    if weights == "lpbq" and (not isinstance(block_size, int) or block_size < 2):
+        raise UsageError(f"w4a16 block_size {block_size!r} is not an integer of at least 2", "set the recipe's w4a16 'block_size' (64 by default)")
+    _quiet()
+
+    class Reader(_Feeds, CalibrationDataReader):
+        pass
+
+    overrides = {name: [{"axis": 1, "quant_type": QuantType.QInt4, "symmetric": True}] for name in _matmul_weight_overrides(src)}
+    cfg = get_qnn_qdq_config(str(src), Reader(feeds), calibrate_method=CalibrationMethod.MinMax, activation_type=QuantType.QUInt16,
+                             weight_type=QuantType.QUInt8, init_overrides=overrides)
+    cfg.extra_options["UseQDQContribOps"] = False  # standard Q/DQ at opset 21 (int4 and block_size are opset-21 types)
+    quantize(str(src), str(dst), cfg)
+    lpbq = {}
+    if weights == "lpbq":
+        model = onnx.load(str(dst))  # with its external data, if the quantizer wrote any: that file is rewritten below
+        lpbq = to_lpbq(model, _float_initializers(src, set(overrides)), block_size)
+        data = [p for p in Path(dst).parent.iterdir() if p.name != Path(dst).name and p.name.startswith(Path(dst).name)]
+        for p in data:
+            p.unlink()
+        onnx.save(model, str(dst), **({"save_as_external_data": True, "location": data[0].name} if data else {}))
+    findings = int4_findings(dst)
+    if findings:
+        raise EdgeExportError(f"{dst}: {len(findings)} 4-bit weights the HTP would run wrongly: " + "; ".join(findings[:5]),
+                              "4-bit weights must be symmetric (int4, zero point 0) with positive finite scales; fix the quantizer's options")
+    what = (f"int4 symmetric LPBQ blocks of {block_size} (4-bit block scales x per-channel float scale; MatMul weights)"
+            if weights == "lpbq" else "int4 symmetric per-channel (MatMul weights, axis 1)")
+    return {
+        "scheme": "ort-qdq-static-w4",
+        "weights": what + "; uint8 per-tensor asymmetric (the rest: embeddings' Gather)",
+        "activations": "uint16 asymmetric (MinMax)",
+        "int4": {"form": weights, "block_size": block_size if weights == "lpbq" else None,
+                 "block_scale_bits": LPBQ_SCALE_BITS if weights == "lpbq" else None, "matmul_weights": len(overrides),
+                 **({"lpbq": lpbq} if lpbq else {}), "guard": "symmetric int4, zero point 0, positive finite scales: checked"},
+        "opset": 21,
+        "calibration_samples": len(feeds),
+    }
+
+
+def _float_initializers(src: Path, names: set[str]) -> dict:
+    import onnx
+    from onnx import numpy_helper
+
+    g = onnx.load(str(src), load_external_data=True).graph
+    return {i.name: numpy_helper.to_array(i) for i in g.initializer if i.name in names}
+
+
+def lpbq_blocks(w, block_size: int):
+    """LPBQ of a float weight [K, N] along K: (int4 values [K, N], per-block integer scales [ceil(K/B), N] in
+    1..2**LPBQ_SCALE_BITS, per-channel float scale [N]); the weight is values × (integer × channel scale) of its block.
+    The block's own scale is max|w| / 7 (symmetric int4), its integer the ceiling of that over the channel's scale
+    (max block scale / 16), so no value is clipped by the rounding of the block scale."""
+    import numpy as np
+
+    w = np.asarray(w, dtype=np.float32)
+    k, n = w.shape
+    blocks = -(-k // block_size)
+    padded = np.zeros((blocks * block_size, n), np.float32)
+    padded[:k] = w
+    amax = np.abs(padded.reshape(blocks, block_size, n)).max(axis=1)
+    scale = np.maximum(amax / INT4_MAX, np.finfo(np.float32).tiny)
+    top = 1 << LPBQ_SCALE_BITS
+    channel = scale.max(axis=0) / top
+    ints = np.clip(np.ceil(scale / channel * (1 - 1e-7)), 1, top).astype(np.uint8)
+    eff = np.repeat(ints.astype(np.float32) * channel, block_size, axis=0)[:k]
+    q = np.clip(np.rint(w / eff), INT4_MIN, INT4_MAX).astype(np.int8)
+    return q, ints, channel.astype(np.float32)
+
+
+def _pack_int4(q) -> bytes:
+    """int4 values as ONNX stores them: two per byte, the first in the low nibble."""
+    import numpy as np
+
+    flat = np.asarray(q, dtype=np.int8).ravel()
+    if flat.size % 2:
+        flat = np.concatenate([flat, np.zeros(1, np.int8)])
+    nib = (flat.astype(np.uint8) & 0x0F)
+    return (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def to_lpbq(model, float_weights: dict, block_size: int) -> dict:
+    """Rewrite every per-channel int4 DequantizeLinear of a MatMul weight in `model` (in place) into the explicit LPBQ
+    form, from the float weights: DQ(uint8 block integers, float channel scale, axis 1) computes the block scales that
+    DQ(int4 values, axis 0, block_size) reads. Returns counts for the manifest."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    nodes, rewritten, blocks = [], 0, 0
+    for node in g.node:
+        q_init = inits.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
+        source = next((n for n in float_weights if node.input[0] in (n + "_quantized", n)), None) if q_init is not None else None
+        if q_init is None or q_init.data_type != TensorProto.INT4 or source is None:
+            nodes.append(node)
+            continue
+        q, ints, channel = lpbq_blocks(float_weights[source], block_size)
+        for name in node.input[1:]:
+            if name in inits:
+                g.initializer.remove(inits.pop(name))
+        g.initializer.remove(inits.pop(node.input[0]))
+        stem = node.input[0]
+        ints_name, channel_name, scale_name = f"{stem}_lpbq_block_ints", f"{stem}_lpbq_channel_scale", f"{stem}_lpbq_block_scale"
+        zp_name = f"{stem}_lpbq_zero_point"  # explicit zeros: the EP's LPBQ fusion matches only a DequantizeLinear with three inputs
+        g.initializer.extend([helper.make_tensor(stem, TensorProto.INT4, q.shape, _pack_int4(q), raw=True),
+                              helper.make_tensor(zp_name, TensorProto.INT4, ints.shape, _pack_int4(np.zeros(ints.shape, np.int8)), raw=True),
+                              numpy_helper.from_array(ints, ints_name), numpy_helper.from_array(channel, channel_name)])
+        nodes.append(helper.make_node("DequantizeLinear", [ints_name, channel_name], [scale_name], name=f"{stem}_lpbq_scale", axis=1))
+        del node.input[1:]
+        node.input.extend([scale_name, zp_name])
+        del node.attribute[:]
+        node.attribute.extend([helper.make_attribute("axis", 0), helper.make_attribute("block_size", block_size)])
+        nodes.append(node)
+        rewritten += 1
+        blocks += int(ints.size)
+    del g.node[:]
+    g.node.extend(nodes)
+    return {"weights": rewritten, "blocks": blocks, "block_scale_range": [1, 1 << LPBQ_SCALE_BITS]}
+
+
+def int4_findings(path: Path) -> list[str]:
+    """The 4-bit guard, before anything compiles: every 4-bit DequantizeLinear input must be int4 (not uint4) with no
+    zero point or an all-zero one (symmetric), and its scale positive and finite: an initializer, or an LPBQ scale
+    DequantizeLinear of uint8 integers in 1..16 times a positive finite channel scale. Each finding names the tensor."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    model = onnx.load(str(path), load_external_data=True)
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    made_by = {o: n for n in g.node for o in n.output}
+    found = []
+
+    def positive(name: str, what: str) -> None:
+        a = numpy_helper.to_array(inits[name]).astype(np.float64)
+        if not np.all(np.isfinite(a)) or np.any(a <= 0):
+            found.append(f"{what} {name}: {int(np.count_nonzero(~np.isfinite(a) | (a <= 0)))} scales not positive and finite")
+
+    for node in g.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
+            continue
+        x = inits[node.input[0]]
+        if x.data_type not in (TensorProto.INT4, TensorProto.UINT4):
+            continue
+        if x.data_type == TensorProto.UINT4:
+            found.append(f"{x.name}: uint4 (asymmetric) weights")
+        if len(node.input) > 2 and node.input[2]:
+            zp = inits.get(node.input[2])
+            if zp is None or np.any(numpy_helper.to_array(zp) != 0):
+                found.append(f"{x.name}: non-zero zero point {node.input[2]} (asymmetric)")
+        scale = node.input[1]
+        if scale in inits:
+            positive(scale, f"{x.name} scale")
+        elif scale in made_by and made_by[scale].op_type == "DequantizeLinear":
+            ints, channel = made_by[scale].input[0], made_by[scale].input[1]
+            if ints not in inits or channel not in inits or inits[ints].data_type != TensorProto.UINT8:
+                found.append(f"{x.name}: block scale {scale} is not uint8 integers times a constant channel scale")
+                continue
+            a = numpy_helper.to_array(inits[ints])
+            if a.min() < 1 or a.max() > 1 << LPBQ_SCALE_BITS:
+                found.append(f"{x.name}: LPBQ block integers {ints} outside 1..{1 << LPBQ_SCALE_BITS}")
+            positive(channel, f"{x.name} channel scale")
+        else:
+            found.append(f"{x.name}: scale {scale} is neither a constant nor an LPBQ scale")
+    return found
