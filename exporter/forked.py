@@ -55,6 +55,12 @@ def _mem_available() -> int | None:
     return None
 
 
+def can_fork() -> bool:
+    """Whether exports may run in forked copies here (Linux: fork after torch and ONNX Runtime are loaded is what this
+    module is tested on)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
 def workers_for(pending: int, per_job_bytes: int, budget_bytes: int | None = None) -> int:
     """How many jobs run at once: $EDGE_EXPORT_EXPORT_WORKERS if set (1 = in the build process, as before), else
     one per core this process may use, no more than the pending jobs, and no more than the available memory (and the
@@ -70,7 +76,7 @@ def workers_for(pending: int, per_job_bytes: int, budget_bytes: int | None = Non
             raise EdgeExportError(f"{WORKERS_ENV}={raw!r} is not a positive integer",
                                   f"set {WORKERS_ENV} to how many graphs may export at once (1: one at a time, in the build process)") from None
         return min(n, max(pending, 1)) if hasattr(os, "fork") else 1
-    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+    if not can_fork():
         return 1
     cores = len(os.sched_getaffinity(0))
     n = min(cores, pending)

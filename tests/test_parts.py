@@ -439,3 +439,32 @@ def test_a_qwen3_checkpoint_builds_as_parts_and_matches_the_whole_graph_build(tm
         assert q["decode"]["logits_vs_hf"]["max_abs"] < 1e-3
     p = _cli("verify", bundle, "--open", env=env)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_a_budget_of_one_copy_still_exports_each_graph_in_a_child_of_its_own(tmp_path, monkeypatch):
+    """Where the build budget admits one export copy at a time (bench/README.md: at 0.5b the build process kept 1.6-2.2 GB
+    of export's heap to the end), a by-parts export still forks, one graph per child: the build process reads no
+    checkpoint tensor during export, and the graphs are those it exports itself (byte for byte)."""
+    from exporter import build_memory as bm
+    from exporter import forked
+    from exporter.backends import onnx_stages
+    from exporter.pipeline import prepare
+    from exporter.plan import make_plan
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
+    budget = bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "test")
+    plan = make_plan(recipe, cpu, "fp32", 32, budget=budget)
+    monkeypatch.delenv(forked.WORKERS_ENV, raising=False)
+    build = prepare(recipe, cpu, plan, tmp_path / "forked" / ".cache")
+    per_job = max(build.adapter.graph_bytes(c) for c in build.components)
+    assert forked.workers_for(len(build.components), 2 * per_job, budget.bytes - bm.WORKING_SET_BYTES) == 1
+    paths = onnx_stages.export(build.backend, build)
+    assert build.adapter.streamed().stats.reads == 0  # every graph was exported in a child
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")  # in this process, as before
+    here = prepare(recipe, cpu, plan, tmp_path / "here" / ".cache")
+    want = onnx_stages.export(here.backend, here)
+    assert here.adapter.streamed().stats.reads > 0
+    for name, p in paths.items():
+        assert p.read_bytes() == want[name].read_bytes(), name

@@ -6,6 +6,7 @@ Every stage goes through the content-addressed stage cache with a key of everyth
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from exporter.backends.base import Artifacts
@@ -87,7 +88,13 @@ def _export_side_by_side(build, jobs: list) -> None:
         per_job = sum((build.ckpt.directory / n).stat().st_size for n in build.ckpt.files if (build.ckpt.directory / n).is_file())
     # --max-memory: the copies share what the build may use beyond its fixed working set
     workers = forked.workers_for(len(jobs), 2 * per_job, build.budget.bytes - WORKING_SET_BYTES)
-    if workers < 2:  # workers_for never exceeds the pending graphs: one graph exports in this process
+    # Where the budget admits one copy at a time and the adapter loads by parts, each graph still exports in a copy of
+    # its own: what torch.onnx and the exporter allocate for a part (3.6 x its float32 bytes at 0.5b, bench/README.md)
+    # then goes back to the OS when the copy exits, instead of staying in the build process through verify.
+    # EDGE_EXPORT_EXPORT_WORKERS=1 keeps the export in this process, as before.
+    one_at_a_time = (workers == 1 and len(jobs) > 1 and build.adapter.loads_parts and forked.can_fork()
+                     and not os.environ.get(forked.WORKERS_ENV, "").strip())
+    if workers < 2 and not one_at_a_time:  # workers_for never exceeds the pending graphs: one graph exports in this process
         return
 
     def child_job(inputs, make):
