@@ -52,7 +52,7 @@ def main() -> None:
                                           "min_logits_psnr_db": round(d["logits_vs_hf"]["min_psnr_db"], 1)}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\n| build | bundle | context binaries | quantize s | fake-quant agreement / prefix / cos / PSNR | compiled agreement / prefix / cos / PSNR |")
+    print("\n| build | bundle | context binaries | quantize s | fake-quant agreement / prefix / cos / PSNR | compiled agreement / prefix / cos / PSNR |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         f, c = row["stages"].get("fake-quant", {}), row["stages"].get("compiled", {})
