@@ -61,13 +61,18 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
+def workers_set() -> bool:
+    """Whether $EDGE_EXPORT_EXPORT_WORKERS decides the number of export copies (rather than cores and memory)."""
+    return bool(os.environ.get(WORKERS_ENV, "").strip())
+
+
 def workers_for(pending: int, per_job_bytes: int, budget_bytes: int | None = None) -> int:
     """How many jobs run at once: $EDGE_EXPORT_EXPORT_WORKERS if set (1 = in the build process, as before), else
     one per core this process may use, no more than the pending jobs, and no more than the available memory (and the
     build's budget, `budget_bytes`, where it has one) holds at `per_job_bytes` each. 1 also on hosts without fork (the
     jobs then run in the build process)."""
-    raw = os.environ.get(WORKERS_ENV, "").strip()
-    if raw:
+    if workers_set():
+        raw = os.environ[WORKERS_ENV].strip()
         try:
             n = int(raw)
             if n < 1:

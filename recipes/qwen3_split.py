@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recipes.base import CheckpointLayout, CheckpointPin, Recipe
+from recipes.base import CheckpointPin, Recipe
 from recipes.cost import CostModel, kv_state
 from recipes.shapes import qwen3_tensor_shapes, split_by_layer
 from recipes.split_lm import SplitLM, components, cost_graphs, state_layout
@@ -51,8 +51,7 @@ def make_recipe(base: Recipe, cfg: dict, pin: CheckpointPin | None, name: str, p
                      f"prefill AR-{prefill_ar}, contexts {list(contexts)}"),
         components=components(lm), state_layout=state_layout(lm), cost=cost(cfg, lm),
         components_for=lambda splits, lm=lm: components(lm, splits),
-        checkpoint_layout=lambda c: CheckpointLayout(qwen3_tensor_shapes(c)),
-        synthesize=None, variant_for=None,
+        synthesize=None, variant_for=None,  # the base's checkpoint layout (Qwen3 tensor names) stays
     )
 
 

@@ -6,7 +6,6 @@ Every stage goes through the content-addressed stage cache with a key of everyth
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from exporter.backends.base import Artifacts
@@ -92,8 +91,7 @@ def _export_side_by_side(build, jobs: list) -> None:
     # its own: what torch.onnx and the exporter allocate for a part (3.6 x its float32 bytes at 0.5b, bench/README.md)
     # then goes back to the OS when the copy exits, instead of staying in the build process through verify.
     # EDGE_EXPORT_EXPORT_WORKERS=1 keeps the export in this process, as before.
-    one_at_a_time = (workers == 1 and len(jobs) > 1 and build.adapter.loads_parts and forked.can_fork()
-                     and not os.environ.get(forked.WORKERS_ENV, "").strip())
+    one_at_a_time = workers == 1 and len(jobs) > 1 and build.adapter.loads_parts and forked.can_fork() and not forked.workers_set()
     if workers < 2 and not one_at_a_time:  # workers_for never exceeds the pending graphs: one graph exports in this process
         return
 
@@ -226,5 +224,5 @@ def ort_qdq_pass(method: str, src: Path, dst: Path, feeds: list[dict], options: 
     from exporter.backends import quantize as q
 
     if method == "qnn-lpbq":
-        return q.static_w4a16(src, dst, feeds, **{**q.W4A16_DEFAULTS, **options})
+        return q.static_w4a16(src, dst, feeds, **options)
     return q.static_w8a16(src, dst, feeds, **options)

@@ -237,14 +237,14 @@ def integer_kernel_report(path: Path) -> dict:
             "exact_on_every_path": not saturating}
 
 
-def _matmul_weight_overrides(src: Path) -> dict:
-    """Per-output-channel int8 symmetric quantization of every constant MatMul weight [K, N] (axis 1)."""
+def _matmul_weight_overrides(src: Path, quant_type: str = "QInt8") -> dict:
+    """Per-output-channel symmetric quantization (int8, or `quant_type`) of every constant MatMul weight [K, N] (axis 1)."""
     import onnx
     from onnxruntime.quantization import QuantType
 
     g = onnx.load(str(src), load_external_data=False).graph
     inits = {i.name: len(i.dims) for i in g.initializer}
-    return {n.input[1]: [{"axis": 1, "quant_type": QuantType.QInt8, "symmetric": True}]
+    return {n.input[1]: [{"axis": 1, "quant_type": getattr(QuantType, quant_type), "symmetric": True}]
             for n in g.node if n.op_type == "MatMul" and inits.get(n.input[1]) == 2}
 
 
@@ -339,7 +339,6 @@ def nncf_weight_only(src: Path, dst: Path, precision: str) -> dict:
 # feeding the scale of the int4 DequantizeLinear) runs through the EP's low-power block-quantization fusion and matches
 # the CPU graph to 1e-8 in cosine; asymmetric block int4 builds and runs and returns garbage (cosine 0.05); a block
 # size below opset 21 writes an invalid model. So: standard opset-21 Q/DQ, symmetric weights only, LPBQ written by us.
-W4A16_DEFAULTS = {"weights": "lpbq", "block_size": 64}
 LPBQ_SCALE_BITS = 4  # the per-block integer scales' width the HTP's LPBQ encoding takes (1..16)
 INT4_MIN, INT4_MAX = -8, 7
 
@@ -363,19 +362,21 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
     class Reader(_Feeds, CalibrationDataReader):
         pass
 
-    overrides = {name: [{"axis": 1, "quant_type": QuantType.QInt4, "symmetric": True}] for name in _matmul_weight_overrides(src)}
+    overrides = _matmul_weight_overrides(src, "QInt4")
     cfg = get_qnn_qdq_config(str(src), Reader(feeds), calibrate_method=CalibrationMethod.MinMax, activation_type=QuantType.QUInt16,
                              weight_type=QuantType.QUInt8, init_overrides=overrides)
     cfg.extra_options["UseQDQContribOps"] = False  # standard Q/DQ at opset 21 (int4 and block_size are opset-21 types)
     quantize(str(src), str(dst), cfg)
     lpbq = {}
     if weights == "lpbq":
-        model = onnx.load(str(dst))  # with its external data, if the quantizer wrote any: that file is rewritten below
+        from exporter.backends.onnx_export import external_data_files
+
+        data = external_data_files(dst)  # what the quantizer wrote beside the graph: rewritten below
+        model = onnx.load(str(dst))
         lpbq = to_lpbq(model, _float_initializers(src, set(overrides)), block_size)
-        data = [p for p in Path(dst).parent.iterdir() if p.name != Path(dst).name and p.name.startswith(Path(dst).name)]
-        for p in data:
-            p.unlink()
-        onnx.save(model, str(dst), **({"save_as_external_data": True, "location": data[0].name} if data else {}))
+        for loc in data:
+            (Path(dst).parent / loc).unlink()
+        onnx.save(model, str(dst), **({"save_as_external_data": True, "location": data[0]} if data else {}))
     findings = int4_findings(dst)
     if findings:
         raise EdgeExportError(f"{dst}: {len(findings)} 4-bit weights the HTP would run wrongly: " + "; ".join(findings[:5]),
@@ -424,30 +425,21 @@ def lpbq_blocks(w, block_size: int):
     return q, ints, channel.astype(np.float32)
 
 
-def _pack_int4(q) -> bytes:
-    """int4 values as ONNX stores them: two per byte, the first in the low nibble."""
-    import numpy as np
-
-    flat = np.asarray(q, dtype=np.int8).ravel()
-    if flat.size % 2:
-        flat = np.concatenate([flat, np.zeros(1, np.int8)])
-    nib = (flat.astype(np.uint8) & 0x0F)
-    return (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8).tobytes()
-
-
 def to_lpbq(model, float_weights: dict, block_size: int) -> dict:
     """Rewrite every per-channel int4 DequantizeLinear of a MatMul weight in `model` (in place) into the explicit LPBQ
     form, from the float weights: DQ(uint8 block integers, float channel scale, axis 1) computes the block scales that
     DQ(int4 values, axis 0, block_size) reads. Returns counts for the manifest."""
+    import ml_dtypes  # onnx's own dependency: numpy_helper packs its int4 arrays two values per byte
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     g = model.graph
     inits = {i.name: i for i in g.initializer}
+    source_of = {f"{n}_quantized": n for n in float_weights}  # ORT's name for a quantized initializer
     nodes, rewritten, blocks = [], 0, 0
     for node in g.node:
         q_init = inits.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx") else None
-        source = next((n for n in float_weights if node.input[0] in (n + "_quantized", n)), None) if q_init is not None else None
+        source = source_of.get(node.input[0])
         if q_init is None or q_init.data_type != TensorProto.INT4 or source is None:
             nodes.append(node)
             continue
@@ -459,8 +451,8 @@ def to_lpbq(model, float_weights: dict, block_size: int) -> dict:
         stem = node.input[0]
         ints_name, channel_name, scale_name = f"{stem}_lpbq_block_ints", f"{stem}_lpbq_channel_scale", f"{stem}_lpbq_block_scale"
         zp_name = f"{stem}_lpbq_zero_point"  # explicit zeros: the EP's LPBQ fusion matches only a DequantizeLinear with three inputs
-        g.initializer.extend([helper.make_tensor(stem, TensorProto.INT4, q.shape, _pack_int4(q), raw=True),
-                              helper.make_tensor(zp_name, TensorProto.INT4, ints.shape, _pack_int4(np.zeros(ints.shape, np.int8)), raw=True),
+        g.initializer.extend([numpy_helper.from_array(q.astype(ml_dtypes.int4), stem),
+                              numpy_helper.from_array(np.zeros(ints.shape, ml_dtypes.int4), zp_name),
                               numpy_helper.from_array(ints, ints_name), numpy_helper.from_array(channel, channel_name)])
         nodes.append(helper.make_node("DequantizeLinear", [ints_name, channel_name], [scale_name], name=f"{stem}_lpbq_scale", axis=1))
         del node.input[1:]
