@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def _die_with_parent() -> None:  # pragma: no cover - runs in a child
     """A killed build takes its workers with it (Linux): no orphan keeps writing into a cache entry."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -21,13 +21,25 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`code` in a fresh interpreter that imports this project; `cwd`: its working directory (default the project's)."""
+def die_with(parent: int) -> None:  # pragma: no cover - runs first in a child interpreter
+    """Ask to be killed with `parent`; and if it already died before the request was made, go now."""
     import os
 
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    env = None
-    if cwd is not None:  # the project stays importable from elsewhere
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    _die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter that imports this project; `cwd`: its working directory (default the project's).
+
+    The child asks to die with this process from its first line, not from a `preexec_fn`: Python code between fork and
+    exec runs the interpreter's at-fork callbacks, where a SIGTERM's Interrupted would be swallowed (and preexec_fn is
+    unsafe with threads)."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    if sys.platform.startswith("linux"):
+        code = f"import exporter.child as _c; _c.die_with({os.getpid()})\n{code}"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout_s,
-                          preexec_fn=preexec, env=env)
+                          env=env)

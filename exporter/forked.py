@@ -93,18 +93,23 @@ def workers_for(pending: int, per_job_bytes: int, budget_bytes: int | None = Non
     return max(n, 1)
 
 
-def _child(fn: Callable[[], None], log: Path) -> None:  # pragma: no cover - runs in the forked copy
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _child(fn: Callable[[], None], log: Path, parent: int, mask: set) -> None:  # pragma: no cover - runs in the forked copy
     code = 1
     try:
-        from exporter.child import _die_with_parent
+        for sig in _STOPS:  # the parent kills its copies when it is stopped; a copy stops as the signal says
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        from exporter.child import die_with
 
-        _die_with_parent()
+        die_with(parent)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if "torch" in sys.modules:
             # the parent's OpenMP team does not exist in a forked copy: a parallel region would wait for it forever
             # (libgomp's barrier; seen on the minicpm-o harness). One intra-op thread runs every kernel inline, as
@@ -160,10 +165,16 @@ def run_forked(jobs: list[tuple[str, Callable[[], None]]], workers: int, log_dir
             while waiting and len(running) < workers:
                 i, (name, fn) = waiting.pop(0)
                 log = log_dir / f"{name}-{owner()}-{i}.log"
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - the forked copy
-                    _child(fn, log)
-                running[pid] = (i, name, log)
+                # SIGINT/SIGTERM wait while the interpreter forks: its at-fork callbacks swallow exceptions, so an
+                # Interrupted raised in one would be lost and the build would go on to publish
+                parent, mask = os.getpid(), signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+                try:
+                    pid = os.fork()
+                    if pid == 0:  # pragma: no cover - the forked copy
+                        _child(fn, log, parent, mask)
+                    running[pid] = (i, name, log)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             for pid in list(running):
                 got, status = os.waitpid(pid, os.WNOHANG)
                 if got == 0:

@@ -120,3 +120,70 @@ print(out[0].exit_code, out[0].signal)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["0", "None"] and float((tmp_path / "done").read_text()) > 2e6
+
+
+# -- a stop signal during a fork is never lost --------------------------------------------------------------------------
+
+_SIGNAL_AT_FORK = r"""
+import os, signal, sys, time
+from pathlib import Path
+from exporter.cli import _on_signal
+from exporter.errors import Interrupted
+signal.signal(signal.SIGTERM, _on_signal)
+# the signal arrives while the interpreter is inside os.fork(): in its at-fork callbacks, which swallow exceptions
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGTERM))
+try:
+    from exporter import forked
+    forked.run_forked([("slow", lambda: time.sleep(60))], 1, Path(sys.argv[1]))
+except Interrupted as e:
+    print("INTERRUPTED", e.signum)
+    sys.exit(0)
+print("RAN ON")
+"""
+
+
+def _python(code, *args, timeout=120):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_sigterm_during_the_fork_of_an_export_copy_interrupts_the_build(tmp_path):
+    p = _python(_SIGNAL_AT_FORK, tmp_path / "logs")
+    assert p.returncode == 0 and f"INTERRUPTED {int(signal.SIGTERM)}" in p.stdout, p.stdout + p.stderr
+    assert "Exception ignored" not in p.stderr
+
+
+def test_a_child_interpreter_runs_no_python_between_fork_and_exec():
+    # no preexec_fn: the interpreter's at-fork callbacks (where the signal above would be lost) do not run for a child
+    p = _python("import os; from exporter.child import run_python; "
+                "os.register_at_fork(before=lambda: print('AT-FORK CALLBACK RAN')); "
+                "print(run_python('print(6 * 7)', timeout_s=60).stdout.strip())")
+    assert p.returncode == 0 and p.stdout.split() == ["42"], p.stdout + p.stderr
+
+
+def test_a_child_interpreter_dies_with_its_parent(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from exporter.child import run_python; "
+                               "run_python('import os, sys, time; open(sys.argv[1], \"w\").write(str(os.getpid())); time.sleep(120)', "
+                               "sys.argv[1], timeout_s=None)", str(pid_file)], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (pid_file.exists() and pid_file.read_text()):
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        os.kill(child, 0)  # alive while its parent is
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and Path(f"/proc/{child}").exists():
+            time.sleep(0.1)
+        assert not Path(f"/proc/{child}").exists(), "the child interpreter outlived its killed parent"
+    finally:
+        parent.kill()
