@@ -32,6 +32,33 @@ def test_fp32_graphs_reproduce_torch_generate_token_for_token(built):
     assert {p["prompt_tokens"] for p in d["per_prompt"]} >= {5, 32, 51}
 
 
+def test_the_greedy_prefix_from_teacher_forcing_is_the_free_running_one(built, dev_keys):
+    """verify derives each prompt's greedy prefix from its teacher-forced run (verify.parity.greedy_prefix) instead of
+    running the artifact free: on real int8 sessions, against real free-running runs, they agree, also where the
+    artifact's greedy run leaves the reference's."""
+    from verify import gate, lm_driver
+    from verify.parity import greedy_prefix
+
+    def runners_of(r):
+        data = mf.load(r.bundle)
+        return ({c["name"]: gate.open_session(r.bundle, dev_keys.public, "cpu", c["name"]) for c in data["components"]},
+                {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in data["components"]}, data["state_layout"])
+
+    ref, art = runners_of(built[("cpu", "fp32")]), runners_of(built[("cpu", "int8")])
+    rng = np.random.default_rng(11)
+    prefixes = []
+    for n in (3, 9, 17, 33, 40, 47):
+        prompt = [int(x) for x in rng.integers(1, 256, n)]
+        steps = 200 - n
+        ref_tokens, _ = lm_driver.generate(*ref, prompt, steps)
+        forced, _ = lm_driver.generate(*art, prompt, steps, forced=ref_tokens)
+        free, _ = lm_driver.generate(*art, prompt, steps)
+        actual = next((i for i, (x, y) in enumerate(zip(free, ref_tokens)) if x != y), len(ref_tokens))
+        assert greedy_prefix(forced, ref_tokens) == actual, (n, forced[:actual + 2], free[:actual + 2], ref_tokens[:actual + 2])
+        prefixes.append(actual)
+    assert min(prefixes) < 150, prefixes  # the int8 run leaves the float one somewhere: the derivation is exercised
+
+
 def test_qcs6490_is_measured_on_the_htp_simulator_with_every_node_on_qnn(built):
     r = built[("qcs6490", "w8a16")]
     stages = [s["stage"] for s in r.parity["stages"]]
