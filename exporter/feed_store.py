@@ -76,7 +76,7 @@ class FeedRecorder:
             from exporter.atomic import owner
 
             self.spill_parent.mkdir(parents=True, exist_ok=True)
-            self.spill_dir = self.spill_parent / f".tmp-calibration-feeds-{owner()}-{secrets.token_hex(4)}"
+            self.spill_dir = self.spill_parent / f".tmp-{self.spill_parent.name}-{owner()}-{secrets.token_hex(4)}"
             self.spill_dir.mkdir()
         path = self.spill_dir / f"{self._count:07d}.npz"
         self._count += 1

@@ -264,6 +264,62 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     assert by_parts * 10 < by_token, (by_parts, by_token)  # a session per level and run, not per token
 
 
+def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measures_the_same(tmp_path, monkeypatch):
+    """With bounded sessions, verify stores each level's calls (here all spilled to disk) and checks them against the
+    reference once the level's sessions are closed: no reference call ever runs with a session open, so a part's
+    session and its reference tensors are never in memory together, and every figure equals the one measured with
+    all sessions open and each call checked as it ran."""
+    from exporter import build_memory as bm
+    from exporter import forked
+    from exporter.backends import onnx_stages
+    from exporter.feed_store import FeedRecorder
+    from exporter.loaders import graph_bytes_on_disk, open_graphs
+    from exporter.pipeline import prepare
+    from exporter.plan import make_plan
+    from exporter.targets import get_target
+    from recipes import get_recipe
+    from verify.parity import measure_stage
+
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")
+    recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
+    plan = make_plan(recipe, cpu, "fp32", None, None, None, budget=bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "t"))
+    build = prepare(recipe, cpu, plan, tmp_path / ".cache")
+    paths = onnx_stages.export(build.backend, build)
+    comps = build.manifest_components()
+    eager, _ = open_graphs(paths, comps, build.cpu_target())
+    bounded, _ = open_graphs(paths, comps, build.cpu_target(), budget_bytes=max(graph_bytes_on_disk(p) for p in paths.values()))
+    reference = build.adapter.reference()
+
+    class Watched:
+        def __init__(self):
+            self.open_at_call = []
+
+        def __getattr__(self, name):
+            return getattr(reference, name)
+
+        def call(self, *a):
+            self.open_at_call.append(len(bounded._open))
+            return reference.call(*a)
+
+    prompts = [list(s) for s in build.adapter.evaluation().sequences][:3]
+    th = recipe.thresholds["fp32"]
+    want = measure_stage("float-export", "CPUExecutionProvider", "fp32", eager, comps, recipe.state_layout, prompts, reference, th, 12)
+    watched = Watched()
+    spill = tmp_path / "calls"
+    stores = []
+
+    def store(names):
+        stores.append(FeedRecorder(names, 0, spill))  # nothing in memory: every call goes through disk
+        return stores[-1]
+
+    got = measure_stage("float-export", "CPUExecutionProvider", "fp32", bounded, comps, recipe.state_layout, prompts, watched, th, 12,
+                        store=store)
+    assert watched.open_at_call and set(watched.open_at_call) == {0}
+    assert sum(s.stats()["spilled"] for s in stores) == len(watched.open_at_call)
+    assert got.outputs == want.outputs and got.decode == want.decode and got.failures == want.failures
+    assert not list(spill.glob(".tmp-*")), "a level's spilled calls outlived its check"
+
+
 def test_the_budget_cuts_parts_or_names_the_missing_memory():
     """--max-memory: below the working set a usage error; a stack that can be cut is cut to fit it; a graph that cannot
     be cut (tiny-lm's one-graph layout) or a single tensor over the part size leaves the target's plan as it is and

@@ -59,6 +59,56 @@ class Prompt:
     label: str = ""
 
 
+class _DeferredCalls:
+    """The calls of one graph level, stored until the level ends; then the level's sessions close and every call is
+    checked against the reference, one component's tensors held for all of its calls."""
+
+    def __init__(self, store, runners, reference, check):
+        self.store, self.runners, self.reference, self.check = store, runners, reference, check
+        self._open()
+
+    def _open(self) -> None:
+        if self.store is not None:
+            self.rec = self.store([])
+        else:
+            from exporter.feed_store import FeedRecorder
+
+            self.rec = FeedRecorder([])
+        self.calls: list[tuple[str, int, list[str]]] = []  # (component, n_valid, output names) in call order
+
+    def add(self, component: str, feeds: dict, outputs: dict, n_valid: int) -> None:
+        self.rec.add(component, {**{f"in.{k}": v for k, v in feeds.items()}, **{f"out.{k}": v for k, v in outputs.items()}})
+        self.calls.append((component, n_valid, list(outputs)))
+
+    def flush(self) -> None:
+        import contextlib
+
+        from exporter.heap import release_free_heap
+
+        if hasattr(self.runners, "close"):
+            self.runners.close()
+            release_free_heap()
+        index: dict[str, int] = {}
+        by_component: dict[str, list] = {}
+        for component, n_valid, _ in self.calls:
+            i = index[component] = index.get(component, -1) + 1
+            by_component.setdefault(component, []).append((i, n_valid))
+        try:
+            for component, items in by_component.items():
+                hold = self.reference.holding(component) if hasattr(self.reference, "holding") else contextlib.nullcontext()
+                with hold:
+                    for i, n_valid in items:
+                        rec = self.rec.lists[component][i]
+                        feeds = {k[3:]: v for k, v in rec.items() if k.startswith("in.")}
+                        outs = {k[4:]: v for k, v in rec.items() if k.startswith("out.")}
+                        self.check(component, feeds, outs, n_valid)
+        finally:
+            self.rec.cleanup()
+        if hasattr(self.reference, "drop_resident"):
+            self.reference.drop_resident()
+        self._open()
+
+
 def greedy_prefix(forced_argmax: list[int], reference: list[int]) -> int:
     """How many of the reference's greedy tokens the artifact's own greedy run reproduces, from its argmax when it was
     fed the reference's tokens (teacher forcing): equal to the free-running run's, which sees the same inputs up to its
@@ -78,9 +128,11 @@ def measure_stage(
     thresholds: Thresholds,
     steps: int,
     extra_outputs: dict | None = None,
+    store=None,
 ) -> StageResult:
     """`prompts`: token lists or Prompt objects; `extra_outputs`: component -> output -> Accumulator measured
-    before decoding (an encoder whose rows the prompts carry), reported with the decoder's graphs."""
+    before decoding (an encoder whose rows the prompts carry), reported with the decoder's graphs. `store(names)`: where
+    bounded runners' calls wait for their check (an exporter.feed_store.FeedRecorder that spills; default in memory)."""
     lm_driver = driver_for(layout)
     extra_outputs = extra_outputs or {}
     graphs = {c["name"]: lm_driver.GraphSpec.from_manifest_component(c) for c in manifest_components if c["name"] not in extra_outputs}
@@ -91,22 +143,31 @@ def measure_stage(
     step_hits: list[list[int]] = []  # [step] -> 1/0 per prompt that reached that step
     capacity = max(g.context for g in graphs.values() if g.role in ("prefill", "decode"))
 
-    def recorder(contexts: set[int]):
-        """The per-call check of one prompt's teacher-forced run; `contexts` collects the buckets its calls ran in."""
+    def check(component: str, feeds: dict, outputs: dict, n_valid: int) -> None:
+        """One call of the artifact against the reference step module on the same inputs."""
+        g = graphs[component]
+        ref = reference.call(component, {n: feeds[n] for n in g.inputs}, g.outputs)
+        n = min(n_valid, g.ar)
+        for name, value in outputs.items():
+            # only the rows of real tokens count; padded rows are discarded by the runtime.
+            # Token rows are axis 1 of [1, AR, ...] outputs and axis 2 of KV rows [1, heads, AR, dim].
+            if value.ndim == 4:
+                acc[component][name].add(ref[name][:, :, :n], value[:, :, :n])
+            else:
+                acc[component][name].add(ref[name][:, :n], value[:, :n])
+
+    def recorder(contexts: set[int], later: "_DeferredCalls | None" = None):
+        """The per-call check of one prompt's teacher-forced run; `contexts` collects the buckets its calls ran in;
+        with `later`, the call is stored and checked when its level ends."""
 
         def record(step) -> None:
             g = graphs[step.component]
             if g.role in ("prefill", "decode"):
                 contexts.add(g.context)
-            ref = reference.call(step.component, {n: step.feeds[n] for n in g.inputs}, g.outputs)
-            n = min(step.n_valid, g.ar)
-            for name, value in step.outputs.items():
-                # only the rows of real tokens count; padded rows are discarded by the runtime.
-                # Token rows are axis 1 of [1, AR, ...] outputs and axis 2 of KV rows [1, heads, AR, dim].
-                if value.ndim == 4:
-                    acc[step.component][name].add(ref[name][:, :, :n], value[:, :, :n])
-                else:
-                    acc[step.component][name].add(ref[name][:, :n], value[:, :n])
+            if later is not None:
+                later.add(step.component, {n: step.feeds[n] for n in g.inputs}, step.outputs, step.n_valid)
+            else:
+                check(step.component, step.feeds, step.outputs, step.n_valid)
 
         return record
 
@@ -120,10 +181,15 @@ def measure_stage(
     forced = None
     if getattr(runners, "bounded", False) and hasattr(lm_driver, "teacher_forced_by_parts"):
         # the sessions do not all fit the budget: every teacher-forced run one graph level at a time, so each session
-        # opens once per level instead of once per token (the same calls on the same inputs: the same numbers)
+        # opens once per level instead of once per token (the same calls on the same inputs: the same numbers). A
+        # level's calls are stored (spilled past the store's memory) and checked once its sessions are closed, so a
+        # part's session and its reference tensors are never in memory together
+        later = _DeferredCalls(store, runners, reference, check)
+        if hasattr(reference, "drop_resident"):
+            reference.drop_resident()  # what generate() kept resident goes before the first session opens
         forced = lm_driver.teacher_forced_by_parts(runners, graphs, layout, [
-            lm_driver.ForcedRun(p.tokens, ref_tokens, n_steps, akw.get("inject"), recorder(contexts))
-            for p, akw, n_steps, ref_tokens, _, contexts in runs])
+            lm_driver.ForcedRun(p.tokens, ref_tokens, n_steps, akw.get("inject"), recorder(contexts, later))
+            for p, akw, n_steps, ref_tokens, _, contexts in runs], on_level_end=later.flush)
     for ri, (p, akw, n_steps, ref_tokens, ref_logits, contexts) in enumerate(runs):
         prompt = p.tokens
         if forced is not None:

@@ -53,6 +53,15 @@ class LMReference:
                 logits = self.model(seq, attention_mask=torch.ones_like(seq)).logits[0].numpy()
         return [logits[len(prompt) - 1 + i] for i in range(len(tokens))]
 
+    def holding(self, component: str):
+        """While inside, `call(component, ...)` reads no tensor again (the whole model is already in memory here)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def drop_resident(self) -> None:
+        """Give back what the reference keeps between calls (nothing here: the model is whole)."""
+
     def call(self, component: str, feeds: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
         import torch
 
@@ -86,3 +95,9 @@ class StreamedLMReference(LMReference):
     def call(self, component, feeds, output_names):
         with self.streamed.holding(self._names[component]):
             return super().call(component, feeds, output_names)
+
+    def holding(self, component: str):
+        return self.streamed.holding(self._names[component])
+
+    def drop_resident(self) -> None:
+        self.streamed.drop_resident()

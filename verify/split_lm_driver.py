@@ -217,13 +217,14 @@ class ForcedRun:
 
 
 def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphSpec], layout: dict,
-                            runs: list[ForcedRun]) -> list[tuple[list[int], list[np.ndarray]]] | None:
+                            runs: list[ForcedRun], on_level_end: Callable[[], None] | None = None) -> list[tuple[list[int], list[np.ndarray]]] | None:
     """Every run's (argmax tokens, logits of every step), exactly what `generate(..., forced=run.forced)` returns for
     each, computed one graph level at a time: the embedding of every call of every run, then stack part 1 of every
     call, ..., then the head. A part's KV state depends only on its own inputs, so each level replays the runs with
     its own state; a runner of one level is used for all its calls before the next level's is first used (a bounded
-    set of sessions opens each graph once per level instead of once per token). None where the buckets are cut into
-    different numbers of parts (then use `generate`)."""
+    set of sessions opens each graph once per level instead of once per token). `on_level_end` runs after each level's
+    last call (verify closes the level's sessions there and checks its calls against the reference). None where the
+    buckets are cut into different numbers of parts (then use `generate`)."""
     counts = {len(_graphs_for(graphs, g.role, g.ar, g.context)) for g in graphs.values() if g.role in ("prefill", "decode")}
     if len(counts) != 1:
         return None
@@ -245,6 +246,8 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
                 context = state.select(n, ar)
                 level(ri, state, ci, role, tokens, ar, context, state.n_past)
                 state.n_past += n
+        if on_level_end:
+            on_level_end()
 
     def run(r: ForcedRun, g: GraphSpec, feeds: dict, n_past: int, n: int) -> dict[str, np.ndarray]:
         feeds = {k: v for k, v in feeds.items() if k in g.inputs}

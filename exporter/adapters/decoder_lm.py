@@ -54,6 +54,14 @@ def feed_recorder(build, names):
     return FeedRecorder(names, build.budget.reference_bytes, build.cache.root / "calibration-feeds")
 
 
+def call_store(build):
+    """Where verify's calls wait for their reference check while a level of bounded sessions runs (verify.parity): a
+    quarter of the part budget in memory, the rest spilled to the stage cache."""
+    from exporter.feed_store import FeedRecorder
+
+    return lambda names: FeedRecorder(names, build.budget.reference_bytes // 4, build.cache.root / "verify-calls")
+
+
 class DecoderLM(FamilyAdapter):
     calibration_procedure = CALIBRATION_PROCEDURE
     loads_parts = True
@@ -155,7 +163,8 @@ class DecoderLM(FamilyAdapter):
 
         r = self.build.recipe
         return measure_stage(stage, provider, precision, runners, components, r.state_layout,
-                             [list(s) for s in self.evaluation().sequences], self.reference(), r.thresholds[precision], r.decode_steps)
+                             [list(s) for s in self.evaluation().sequences], self.reference(), r.thresholds[precision], r.decode_steps,
+                             store=call_store(self.build))
 
     def program_constants(self, component):
         cfg = self.build.recipe.model_config

@@ -227,12 +227,13 @@ class Language(_Decoder):
         return lm_calibration_feeds(self.build, float_graphs, cal.parts[0].sequences, prompts)
 
     def measure(self, stage, provider, precision, runners, components):
+        from exporter.adapters.decoder_lm import call_store
         from verify.parity import measure_stage
 
         r = self.build.recipe
         prompts = self.once("evaluation-prompts", lambda: self.prompts(self.evaluation(), 9001))
         return measure_stage(stage, provider, precision, runners, self.lm_components(components), r.state_layout,
-                             prompts, self.reference(), r.thresholds[precision], r.decode_steps)
+                             prompts, self.reference(), r.thresholds[precision], r.decode_steps, store=call_store(self.build))
 
 
 class SpeechDecoder(_Decoder):
@@ -316,6 +317,7 @@ class SpeechDecoder(_Decoder):
         return feeds.lists
 
     def measure(self, stage, provider, precision, runners, components):
+        from exporter.adapters.decoder_lm import call_store
         from verify.metrics import Accumulator
         from verify.parity import measure_stage
 
@@ -326,4 +328,5 @@ class SpeechDecoder(_Decoder):
         # speech decoding always starts from a condition (the prompt is never plain audio codes)
         prompts = self.condition_prompts(ev.parts[1], runners[cond["name"]], acc)
         return measure_stage(stage, provider, precision, runners, components, r.state_layout, prompts,
-                             self.reference(), r.thresholds[precision], r.decode_steps, extra_outputs={cond["name"]: acc})
+                             self.reference(), r.thresholds[precision], r.decode_steps, extra_outputs={cond["name"]: acc},
+                             store=call_store(self.build))

@@ -198,6 +198,14 @@ class StreamedModel:
             self.stats.bytes -= self._numel[k] * 4
             self._set(k, torch.empty(self._shape[k], dtype=torch.float32, device="meta"))
 
+    def drop_resident(self) -> None:
+        """Drop every tensor no part holds (what `keep_bytes` kept), e.g. before a verify level opens its sessions."""
+        keep, self.keep_bytes = self.keep_bytes, 0
+        try:
+            self._evict(0)
+        finally:
+            self.keep_bytes = keep
+
     @contextlib.contextmanager
     def holding(self, names):
         names = list(names)
