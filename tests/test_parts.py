@@ -185,11 +185,18 @@ def test_a_build_by_parts_resumes_where_it_was_killed_and_verifies_as_the_whole_
     assert max(a["weight_bytes"] for a in m["plan"]["artifacts"]) <= part
     held = m["build_memory"]["checkpoint_tensors_held"]
     assert 0 < held["peak_bytes"] <= bmem["budget"]["part_limit_bytes"]  # the torch reference stayed within its budget
+    # the budget cannot hold every graph's session at once: the memory probe opened and ran them one at a time, and sums
+    probe = m["memory"]["measured"]
+    assert probe["method"].startswith("one graph at a time") and set(probe["per_graph"]) == {c["name"] for c in m["components"]}
+    assert probe["session_peak_bytes"] == sum(g["session_peak_bytes"] for g in probe["per_graph"].values()) > 0
+    assert m["memory"]["comparison"]["available"]
 
     whole_out = tmp_path / "whole"
     p = _cli(*common, "--out", whole_out, "--json", env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     whole = json.loads((whole_out / "tiny-spark" / "cpu-x86-linux" / "fp32" / "parity.json").read_text())
+    whole_probe = json.loads((whole_out / "tiny-spark" / "cpu-x86-linux" / "fp32" / "manifest.json").read_text())["memory"]["measured"]
+    assert whole_probe["method"].startswith("VmHWM") and "per_graph" not in whole_probe  # a roomy budget: every graph open at once
     parts = json.loads((bundle / "parity.json").read_text())
     assert whole["verdict"] == parts["verdict"] == "pass"
     for w, q in zip(whole["stages"], parts["stages"]):
