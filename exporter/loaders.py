@@ -133,10 +133,12 @@ class BoundedRunners:
         return runner
 
     def placements(self) -> dict:
-        """The placement of every graph (each opened in turn where it has not been yet)."""
+        """The placement of every graph (each opened in turn where it has not been yet); no session stays open after it
+        (the caller's reference may need the memory before the first run)."""
         for name in self.paths:
             if name not in self._placement:
                 self._runner(name)
+        self.close()
         return dict(self._placement)
 
     def close(self) -> None:

@@ -295,6 +295,7 @@ def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measur
     comps = build.manifest_components()
     eager, _ = open_graphs(paths, comps, build.cpu_target())
     bounded, _ = open_graphs(paths, comps, build.cpu_target(), budget_bytes=max(graph_bytes_on_disk(p) for p in paths.values()))
+    assert bounded.opens == len(paths) and not bounded._open  # every graph opened once for its placement, none left open
     reference = build.adapter.reference()
 
     class Watched:
