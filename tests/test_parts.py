@@ -208,6 +208,26 @@ def test_a_build_by_parts_resumes_where_it_was_killed_and_verifies_as_the_whole_
     assert p.returncode == 0, p.stderr[-2000:]
 
 
+def _tiny_spark_parts_exported(tmp_path, monkeypatch):
+    """tiny-spark fp32 planned with a budget that cuts its stack into parts, exported in this process:
+    (recipe, build, graph paths, manifest components)."""
+    from exporter import build_memory as bm
+    from exporter import forked
+    from exporter.backends import onnx_stages
+    from exporter.pipeline import prepare
+    from exporter.plan import make_plan
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    monkeypatch.setenv(forked.WORKERS_ENV, "1")
+    recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
+    plan = make_plan(recipe, cpu, "fp32", None, None, None, budget=bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "t"))
+    build = prepare(recipe, cpu, plan, tmp_path / ".cache")
+    paths = onnx_stages.export(build.backend, build)
+    comps = build.manifest_components()
+    return recipe, build, paths, comps
+
+
 def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget(tmp_path, monkeypatch):
     """Verify and calibration open a stage's graphs through `open_graphs(budget_bytes=...)`: below the graphs' total,
     sessions open on first use and the least recently used close; a generation through them gives the same tokens and
@@ -216,22 +236,10 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     call for call, across parts and context buckets, opening each session once per level."""
     import numpy as np
 
-    from exporter import build_memory as bm
-    from exporter import forked
-    from exporter.backends import onnx_stages
     from exporter.loaders import BoundedRunners, graph_bytes_on_disk, open_graphs
-    from exporter.pipeline import prepare
-    from exporter.plan import make_plan
-    from exporter.targets import get_target
-    from recipes import get_recipe
     from verify import split_lm_driver as drv
 
-    monkeypatch.setenv(forked.WORKERS_ENV, "1")
-    recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
-    plan = make_plan(recipe, cpu, "fp32", None, None, None, budget=bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "t"))
-    build = prepare(recipe, cpu, plan, tmp_path / ".cache")
-    paths = onnx_stages.export(build.backend, build)
-    comps = build.manifest_components()
+    recipe, build, paths, comps = _tiny_spark_parts_exported(tmp_path, monkeypatch)
     sizes = sorted(graph_bytes_on_disk(p) for p in paths.values())
     budget = sizes[-1] + sizes[-2]  # two of the largest graphs at a time: far below the stage's total
     assert budget < sum(sizes)
@@ -276,23 +284,11 @@ def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measur
     reference once the level's sessions are closed: no reference call ever runs with a session open, so a part's
     session and its reference tensors are never in memory together, and every figure equals the one measured with
     all sessions open and each call checked as it ran."""
-    from exporter import build_memory as bm
-    from exporter import forked
-    from exporter.backends import onnx_stages
     from exporter.feed_store import FeedRecorder
     from exporter.loaders import graph_bytes_on_disk, open_graphs
-    from exporter.pipeline import prepare
-    from exporter.plan import make_plan
-    from exporter.targets import get_target
-    from recipes import get_recipe
     from verify.parity import measure_stage
 
-    monkeypatch.setenv(forked.WORKERS_ENV, "1")
-    recipe, cpu = get_recipe("tiny-spark"), get_target("cpu")
-    plan = make_plan(recipe, cpu, "fp32", None, None, None, budget=bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * 350_000) + 1, "t"))
-    build = prepare(recipe, cpu, plan, tmp_path / ".cache")
-    paths = onnx_stages.export(build.backend, build)
-    comps = build.manifest_components()
+    recipe, build, paths, comps = _tiny_spark_parts_exported(tmp_path, monkeypatch)
     eager, _ = open_graphs(paths, comps, build.cpu_target())
     bounded, _ = open_graphs(paths, comps, build.cpu_target(), budget_bytes=max(graph_bytes_on_disk(p) for p in paths.values()))
     assert bounded.opens == len(paths) and not bounded._open  # every graph opened once for its placement, none left open

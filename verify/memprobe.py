@@ -53,9 +53,20 @@ def _opener(spec: dict):
     return lambda name, path: open_graph(path, comps[name], spec["target"], custom_ops=libs)[0]
 
 
-def probe(spec: dict) -> dict:
+def _state_buffers(spec: dict) -> list:
+    """The runtime-owned state buffers of the state layout, allocated (a runtime holds them beside the sessions)."""
     import numpy as np
 
+    return [np.zeros(b["shape"], dtype=spec.get("state_dtype", "float32")) for b in spec.get("state_buffers", [])]
+
+
+def _zero_feeds(comp: dict) -> dict:
+    import numpy as np
+
+    return {t["name"]: np.zeros(t["shape"], dtype=_DTYPES[t["dtype"]]) for t in comp["inputs"]}
+
+
+def probe(spec: dict) -> dict:
     from exporter.loaders import provider_of
 
     open_graph = _opener(spec)
@@ -65,10 +76,9 @@ def probe(spec: dict) -> dict:
     reset = _reset_peak()
     sessions = {name: open_graph(name, path) for name, path in spec["graphs"].items()}
     after_open = _status("VmHWM")
-    state = [np.zeros(b["shape"], dtype=spec.get("state_dtype", "float32")) for b in spec.get("state_buffers", [])]
+    state = _state_buffers(spec)
     for comp in spec["components"]:
-        feeds = {t["name"]: np.zeros(t["shape"], dtype=_DTYPES[t["dtype"]]) for t in comp["inputs"]}
-        sessions[comp["name"]].run(None, feeds)
+        sessions[comp["name"]].run(None, _zero_feeds(comp))
     after_run = _status("VmHWM")
     state_bytes = sum(a.nbytes for a in state)
     if baseline is None or after_open is None or not reset:
@@ -88,11 +98,9 @@ def _probe_one_at_a_time(spec: dict, open_graph) -> dict:
     the resident set before it; the bundle's figures are the sums, plus the state buffers once."""
     import gc
 
-    import numpy as np
-
     from exporter.loaders import provider_of
 
-    state = [np.zeros(b["shape"], dtype=spec.get("state_dtype", "float32")) for b in spec.get("state_buffers", [])]
+    state = _state_buffers(spec)
     comps = {c["name"]: c for c in spec["components"]}
     per_graph = {}
     baseline = _status("VmRSS")
@@ -103,7 +111,7 @@ def _probe_one_at_a_time(spec: dict, open_graph) -> dict:
             return {"method": "unavailable (needs Linux /proc/self/status and clear_refs)", "baseline_rss_bytes": baseline}
         session = open_graph(name, path)
         after_open = _status("VmHWM")
-        session.run(None, {t["name"]: np.zeros(t["shape"], dtype=_DTYPES[t["dtype"]]) for t in comps[name]["inputs"]})
+        session.run(None, _zero_feeds(comps[name]))
         after_run = _status("VmHWM")
         per_graph[name] = {"session_peak_bytes": after_open - before, "run_peak_bytes": after_run - before}
         del session

@@ -74,11 +74,11 @@ class _DeferredCalls:
             from exporter.feed_store import FeedRecorder
 
             self.rec = FeedRecorder([])
-        self.calls: list[tuple[str, int, list[str]]] = []  # (component, n_valid, output names) in call order
+        self.n_valid: dict[str, list[int]] = {}  # component -> n_valid of each stored call, in the store's order
 
     def add(self, component: str, feeds: dict, outputs: dict, n_valid: int) -> None:
         self.rec.add(component, {**{f"in.{k}": v for k, v in feeds.items()}, **{f"out.{k}": v for k, v in outputs.items()}})
-        self.calls.append((component, n_valid, list(outputs)))
+        self.n_valid.setdefault(component, []).append(n_valid)
 
     def flush(self) -> None:
         import contextlib
@@ -88,16 +88,11 @@ class _DeferredCalls:
         if hasattr(self.runners, "close"):
             self.runners.close()
             release_free_heap()
-        index: dict[str, int] = {}
-        by_component: dict[str, list] = {}
-        for component, n_valid, _ in self.calls:
-            i = index[component] = index.get(component, -1) + 1
-            by_component.setdefault(component, []).append((i, n_valid))
         try:
-            for component, items in by_component.items():
+            for component, counts in self.n_valid.items():
                 hold = self.reference.holding(component) if hasattr(self.reference, "holding") else contextlib.nullcontext()
                 with hold:
-                    for i, n_valid in items:
+                    for i, n_valid in enumerate(counts):
                         rec = self.rec.lists[component][i]
                         feeds = {k[3:]: v for k, v in rec.items() if k.startswith("in.")}
                         outs = {k[4:]: v for k, v in rec.items() if k.startswith("out.")}
