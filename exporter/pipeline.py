@@ -113,6 +113,7 @@ def build_one(
     command: str | None = None,
     pin_file: dict | None = None,
     budget=None,
+    share_weights: bool = True,
 ) -> BuildResult:
     """Plan first (refusing before any heavy work), then build, verify, sign; every outcome is recorded. `pin_file`:
     the record of the reviewed pin file whose digests `recipe.pin` carries; `budget`: the build's memory budget
@@ -122,7 +123,7 @@ def build_one(
 
     reporter = reporter or Reporter()
     out_root = Path(out_root)
-    plan = make_plan(recipe, target, precision, context, fmt, requested_target, budget=budget)
+    plan = make_plan(recipe, target, precision, context, fmt, requested_target, budget=budget, share_weights=share_weights)
     spec = BuildSpec(recipe, target, plan, out_root, Path(cache_root) if cache_root else out_root / ".cache", resolve_key(key),
                      checkpoint, allow_unpinned, pin_file, command)
     variant = bundle_variant(plan, target)
@@ -240,7 +241,7 @@ def build(recipe_name: str, target_name: str, precision: str | None = None, ram_
             from manifests.records import record_path  # recorded by build_one; the other groups go on
 
             status = "rejected" if isinstance(e, PlanRejected) else "missing-prerequisite" if isinstance(e, MissingPrerequisite) else "failed"
-            prec = p or make_plan(unit, target, None, ukw["context"], fmt, budget=ukw["budget"]).precision
+            prec = p or make_plan(unit, target, None, ukw["context"], fmt, budget=ukw["budget"], share_weights=ukw.get("share_weights", True)).precision
             results.append(BuildResult(unit.name, target.name, prec, status, record_path(out_root, unit.name, target.name, prec), {"reason": e.message}))
     return results
 
@@ -265,7 +266,7 @@ def _record_missing_group(recipe: Recipe, group: str, target: Target, precision,
 
     g = next(x for x in recipe.cost.groups if x.name == group)
     shell = replace(recipe, name=f"{recipe.name}.{group}", cost=recipe.cost.group(g), group_recipes=None)
-    plan = make_plan(shell, target, precision, None, fmt, requested_target)
+    plan = make_plan(shell, target, precision, None, fmt, requested_target, share_weights=kw.get("share_weights", True))
     reason, fix = recipe.group_missing[group]
     path = write_record(Path(kw["out_root"]), shell.name, target.name, plan.precision, "missing-prerequisite", code="missing-prerequisite",
                         reason=reason, fix=fix, stage="plan", plan=plan.to_json(), command=kw.get("command"), checkpoint=_planned_ckpt_record(recipe))
@@ -310,7 +311,8 @@ def context_for_bundle(manifest: dict, checkpoint: Path | None, cache_root: Path
         recipe = recipe.for_checkpoint(read_checkpoint_config(Path(checkpoint)), pin)
     target = get_target(b["target"])
     req = manifest["plan"].get("requested", {})
-    plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"], budget=recorded_budget(manifest["plan"]))
+    plan = make_plan(recipe, target, b["precision"], req.get("context"), b["format"], budget=recorded_budget(manifest["plan"]),
+                     share_weights=req.get("weight_sharing", True))
     planned = sorted(a.graph_name for a in plan.artifacts)
     built = sorted(c["graph_name"] for c in manifest["components"])
     if planned != built:

@@ -23,16 +23,6 @@ from exporter.targets import GiB, MiB, Target, all_targets
 from recipes.base import PRECISIONS, Precision, Recipe
 from recipes.cost import GraphCost
 
-# Toolchains whose weight-shared QNN contexts cannot be used, with the evidence. A shared
-# context is what lets the graphs of every bucket hold one weight copy; where the toolchain
-# cannot load one, the plan counts weights per graph and says why (tests/test_weight_sharing.py
-# re-runs the probe, so a fixed release turns that test red until this table is updated).
-QNN_WEIGHT_SHARING_UNUSABLE = {
-    "2.7.0": ("onnxruntime-qnn 2.7.0 (QAIRT 2.51) writes a weight-shared context (ep.share_ep_contexts) but the x86 HTP "
-              "backend segfaults creating a session from it, even for a one-graph group (tests/test_weight_sharing.py); ORT PR #24962 "
-              "reports the same contextCreateFromBinary failure"),
-}
-PINNED_ONNXRUNTIME_QNN = "2.7.0"
 SAFETY_MARGIN = 0.10  # fraction added on top of the steady/loading requirement
 HOST_STAGING_OVERHEAD = 512 * MiB  # host-side runtime when the weights live in separate VRAM
 
@@ -146,33 +136,39 @@ def _split_parts(g: GraphCost, bpw: float, limit: int | None, what_limit: str = 
     return out
 
 
-def weight_sharing(recipe: Recipe, target: Target) -> dict:
-    """Whether the graphs of one weight set share one copy on this target, and why not if they do not."""
-    acc, rec = target.accelerator.weight_sharing, recipe.cost.shares_weights
-    tool, note = True, ""
-    if target.execution_provider == "QNNExecutionProvider":
-        from importlib import metadata
+def weight_sharing(recipe: Recipe, target: Target, requested: bool = True) -> dict:
+    """Whether the graphs of one weight set share one copy on this target, and why not if they do not.
 
-        try:
-            version = metadata.version("onnxruntime-qnn")
-        except metadata.PackageNotFoundError:
-            version = PINNED_ONNXRUNTIME_QNN
-        if version in QNN_WEIGHT_SHARING_UNUSABLE:
-            tool, note = False, QNN_WEIGHT_SHARING_UNUSABLE[version]
+    On the QNN HTP the graphs of one weight set and layer range are compiled into one weight-shared context binary
+    (`qnn_stages.compile_shared_groups`); its load is verified on a device only (exporter/htp_sharing.py), which
+    the plan states in `load_verified`."""
+    from exporter.htp_sharing import LOAD_VERIFIED, PARITY_MEASURED_ON, SIMULATOR_CANNOT_LOAD
+
+    acc, rec = target.accelerator.weight_sharing, recipe.cost.shares_weights
+    tool, note, extra = True, "", {}
+    if target.execution_provider == "QNNExecutionProvider":
+        extra = {"load_verified": LOAD_VERIFIED, "parity_measured_on": PARITY_MEASURED_ON}
+        note = ("the graphs of each weight set and layer range ship in one weight-shared context binary; "
+                f"parity is measured on {PARITY_MEASURED_ON}, and the shared load is verified on a device only: "
+                f"{SIMULATOR_CANNOT_LOAD}")
     else:
         tool, note = False, (f"edge-export builds each graph as its own {target.execution_provider} session with embedded "
                              "initializers; sharing them between sessions (SessionOptions.add_initializer) is not implemented")
     if not acc:
-        note = f"the {target.accelerator.kind} accelerator of {target.name} has no weight sharing"
+        note, extra = f"the {target.accelerator.kind} accelerator of {target.name} has no weight sharing", {}
     elif not rec:
-        note = f"recipe {recipe.name} builds no weight-shared graphs"
-    return {"accelerator": acc, "recipe": rec, "toolchain": tool, "used": acc and rec and tool, "note": note}
+        note, extra = f"recipe {recipe.name} builds no weight-shared graphs", {}
+    elif tool and not requested:
+        note, extra = "not requested (--no-weight-sharing): every graph carries its own weights and loads on the HTP simulator", {}
+    return {"accelerator": acc, "recipe": rec, "toolchain": tool, "requested": requested,
+            "used": acc and rec and tool and requested, "note": note, **extra}
 
 
-def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[GraphCost], artifacts: list[ArtifactPlan]) -> dict:
+def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[GraphCost], artifacts: list[ArtifactPlan],
+            share_weights: bool = True) -> dict:
     bpw = precision.bytes_per_weight
     act_bytes = precision.act_bits // 8
-    sharing = weight_sharing(recipe, target)
+    sharing = weight_sharing(recipe, target, share_weights)
     shared = sharing["used"]
     per_set: dict[str, int] = {}
     for a in artifacts:
@@ -303,12 +299,14 @@ def make_plan(
     fmt: str | None = None,
     requested_target: str | None = None,
     budget=None,
+    share_weights: bool = True,
 ) -> Plan:
     """The plan of one bundle. `budget` (exporter/build_memory.BuildBudget, a build's memory budget): where the target
     sets no tighter per-graph limit it cuts a stack that can be cut into parts whose float32 tensors fit it, and a build
     that cannot fit it (estimated peak above it, or one layer over its part size) names `build-memory` as a missing
     prerequisite, the target's plan unchanged; without one (the matrix's target-only plans) the cut is
-    the target's alone and the estimate is reported against no budget."""
+    the target's alone and the estimate is reported against no budget. `share_weights` False (--no-weight-sharing):
+    every graph keeps its own weights where the target would share them (loadable on the QNN simulator), counted so."""
     from exporter.errors import UnknownNameError
 
     fmt = fmt or target.formats[0]
@@ -324,6 +322,8 @@ def make_plan(
     if wanted not in PRECISIONS:
         raise UnknownNameError("precision", wanted, sorted(PRECISIONS))
     requested = {"target": requested_target or target.name, "precision": precision, "context": context, "format": fmt, "ram_bytes": target.ram_bytes}
+    if not share_weights:
+        requested["weight_sharing"] = False
     head = dict(recipe=recipe.name, target=target.name, precision=wanted, format=fmt, requested=requested, cost_source=recipe.cost.source)
 
     def reject(code: str, reason: str, fix: str, **kw) -> Plan:
@@ -386,7 +386,7 @@ def make_plan(
         artifacts = cut(limit, what_limit)
     if isinstance(artifacts, Rejection):
         return Plan(**head, rejection=artifacts)
-    memory = _memory(recipe, target, p, graphs, artifacts)
+    memory = _memory(recipe, target, p, graphs, artifacts, share_weights)
     missing = list(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
     if not recipe.blocked and recipe.has_exporter and wanted not in recipe.thresholds:
         # offered for capacity planning, but verify would have nothing to judge the build by: stop before heavy work
@@ -437,12 +437,12 @@ class GroupPlan:
         r = self.plan.rejection
         return {"group": self.group, "admitted": self.plan.admitted, "precision": self.plan.precision,
                 "graphs": [a.graph_name for a in self.plan.artifacts], "weights_bytes": m.get("weights_bytes"),
-                "state_bytes": m.get("state_bytes"), "required_bytes": m.get("required_bytes"), "budget_bytes": m.get("budget_bytes"),
+                "weights_shared_between_graphs": m.get("weights_shared_between_graphs"), "state_bytes": m.get("state_bytes"), "required_bytes": m.get("required_bytes"), "budget_bytes": m.get("budget_bytes"),
                 "rejection": r.to_json() if r else None}
 
 
 def make_group_plans(recipe: Recipe, target: Target, precision: str | None = None, context: int | None = None,
-                     fmt: str | None = None, requested_target: str | None = None) -> dict:
+                     fmt: str | None = None, requested_target: str | None = None, share_weights: bool = True) -> dict:
     """Each group of ``recipe.cost.groups`` planned alone (same precision, target and format), and the
     groups admitted alone checked together: a runtime that holds them at once needs their sum (one
     runtime overhead and one safety margin per group is an over-count this reports as is)."""
@@ -457,7 +457,7 @@ def make_group_plans(recipe: Recipe, target: Target, precision: str | None = Non
         # takes 4); one that does not (a missing prerequisite) at the whole recipe's
         own = built.get(g.name)
         sub = replace(recipe, name=f"{recipe.name}/{g.name}", cost=cost, **({"precisions": own.precisions} if own else {}))
-        groups.append(GroupPlan(g.name, make_plan(sub, target, precision, ctx, fmt, requested_target)))
+        groups.append(GroupPlan(g.name, make_plan(sub, target, precision, ctx, fmt, requested_target, share_weights=share_weights)))
     admitted = [x for x in groups if x.plan.admitted and x.plan.memory]
     overhead = max((x.plan.memory["runtime_overhead_bytes"] for x in admitted), default=0)
     together = sum(x.plan.memory["required_bytes"] - x.plan.memory["runtime_overhead_bytes"] for x in admitted) + overhead

@@ -76,6 +76,7 @@ def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> t
         # the build's budget is the host's (its cut shows in the artifacts): a rebuild on another host is up to date
         "plan": {k: v for k, v in plan.to_json().items() if k not in ("requested", "missing_prerequisites", "buildable", "build_memory")},
         "artifacts": {n: artifact_digest(p) for n, p in artifacts.final.items()},
+        "shipped": {n: artifact_digest(p) for n, p in (artifacts.shipped or {}).items()},
         "parity": summary,
         "signer": public_key_fingerprint(keys.public),
         "code": code_digest(),
@@ -88,7 +89,7 @@ def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> t
         comps = []
         emulated = plan.verification.get("emulated", False)
         for comp, cj in zip(build.components, build.manifest_components()):
-            entry, files = build.backend.bundle_files(artifacts.final[comp.name], comp.graph_name, tmp)
+            entry, files = build.backend.bundle_files(artifacts.bundled()[comp.name], comp.graph_name, tmp)
             c = {**cj, "entry": entry, "files": files, "placement": placement.get(comp.name, {})}
             if emulated:
                 c["placement"] = {**c["placement"], "measured_on": plan.verification["provider"], "placement_on_target": "unqualified"}
@@ -115,6 +116,7 @@ def publish(build, artifacts, summary: dict, placement: dict, memory: dict) -> t
             "verification": verification_host(target, plan.verification),
             "build_memory": {**plan.build_memory, "measured": measured_peak_bytes(), "checkpoint_tensors_held": build.adapter.held},
             "runtime": runtime,
+            **artifacts.bundle_fields,
             "parity": {
                 "verdict": summary["verdict"],
                 "first_failure": summary["first_failure"],

@@ -96,6 +96,7 @@ def open_session(
     threads: int = 1,
     custom_ops: tuple[str, ...] = (),
     provider_options: dict | None = None,
+    share: str | None = None,
 ):
     """Create a session for `target` (a Target.to_json() dict); returns (session, placement).
 
@@ -103,7 +104,8 @@ def open_session(
     (used only to name the nodes that would not be placed); `context_out` makes the
     QNN EP write an EPContext model plus its context binary there. `custom_ops` are
     custom-op libraries to register (Quark's, for BF16 QDQ models); `provider_options`
-    are the EP's own (the Vitis AI EP's from its bundle).
+    are the EP's own (the Vitis AI EP's from its bundle). `share` ("more" | "last") puts a compile in the process's
+    weight-sharing group (`ep.share_ep_contexts`); "last" writes the group's one context binary.
     """
     ort = _ort()
     so = ort.SessionOptions()
@@ -125,6 +127,10 @@ def open_session(
             so.add_session_config_entry("ep.context_enable", "1")
             so.add_session_config_entry("ep.context_file_path", str(context_out))
             so.add_session_config_entry("ep.context_embed_mode", "0")
+            if share is not None:
+                so.add_session_config_entry("ep.share_ep_contexts", "1")
+                if share == "last":
+                    so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
         so.add_provider_for_devices(devices, qnn_provider_options(target["accelerator"], qnn))
         sess = ort.InferenceSession(str(model_path), sess_options=so)
     elif provider in ort.get_available_providers():

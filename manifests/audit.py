@@ -404,9 +404,12 @@ def _check_checkpoint(data: dict, policy: Policy) -> Check:
     return Check("checkpoint", True, f"pinned {how}: {ck.get('source')} at {ck.get('revision')}" + (", synthetic" if ck.get("synthetic") else ""))
 
 
-def _check_device_validation(bundle: Path, public_key: Path | None, policy: Policy) -> Check:
+def _check_device_validation(bundle: Path, public_key: Path | None, policy: Policy, data: dict | None = None) -> Check:
     from exporter.hub.records import load_record, record_path, validation_state
 
+    groups = ((data or {}).get("weight_sharing") or {}).get("groups") or []
+    shared = (f"; its {len(groups)} weight-shared context binaries load on a device only (parity measured on per-graph contexts)"
+              if groups else "")
     need = policy.require_device_validation
     fix = f"run `edge-export hub validate {bundle}` with an AI Hub token"
     try:
@@ -415,7 +418,7 @@ def _check_device_validation(bundle: Path, public_key: Path | None, policy: Poli
         return Check("device-validation", False, e.message, e.hint)
     state = validation_state(rec)
     if state == "none":
-        return Check("device-validation", not need, "no device-validation record: simulator-only" + (" (the policy requires a device run)" if need else ""),
+        return Check("device-validation", not need, "no device-validation record: simulator-only" + shared + (" (the policy requires a device run)" if need else ""),
                      fix if need else "")
     dev = rec["device"]
     where = f"{dev['name']} ({dev.get('hexagon') or '?'}, {dev.get('chipset')})"
@@ -425,7 +428,7 @@ def _check_device_validation(bundle: Path, public_key: Path | None, policy: Poli
         return Check("device-validation", False, f"{'simulated ' if rec['simulated'] else ''}validation on {where} failed: {why} ({record_path(bundle).name})",
                      "the bundle is not qualified on that device; see the record")
     if state == "simulated":
-        return Check("device-validation", not need, f"simulator-only: the record is a replay on the local HTP simulator for {where}, not a device run",
+        return Check("device-validation", not need, f"simulator-only: the record is a replay on the local HTP simulator for {where}, not a device run" + shared,
                      fix if need else "")
     return Check("device-validation", True, f"validated on {where} by {rec['source']}, {len(rec['components'])} graphs, {rec['created']}")
 
@@ -486,7 +489,7 @@ def audit_bundle(bundle: Path, public_key: Path | None, policy: Policy, pins: di
         _check_placement(data, policy),
         _check_parity(data, full, unreadable, policy),
         _check_checkpoint(data, policy),
-        _check_device_validation(bundle, public_key, policy),
+        _check_device_validation(bundle, public_key, policy, data),
         _check_host_isa(data, policy),
     ]
     return BundleAudit(bundle, tuple(checks), cell, data, full["stages"] if full else None)

@@ -93,7 +93,27 @@ def load(bundle: Path) -> dict:
             safe_relpath(Path(bundle), rel)
             if rel not in data["files"]:
                 raise ManifestInvalid(f"{path}: component {comp['name']} names {rel!r}, which the file list lacks", "rebuild the bundle")
+    _check_sharing(data, path)
     return data
+
+
+def _check_sharing(data: dict, path: Path) -> None:
+    """A weight-shared context names a signed file of the bundle, the graphs it holds are components that carry it,
+    and its digest is the file list's."""
+    names = {c["graph_name"]: c for c in data["components"]}
+    for g in (data.get("weight_sharing") or {}).get("groups", []):
+        meta = data["files"].get(g["binary"])
+        bad = [] if meta is not None else [f"its binary {g['binary']!r} is not in the file list"]
+        if meta is not None and meta["sha256"] != g["sha256"]:
+            bad.append(f"its binary's digest {g['sha256'][:12]} is not the file list's {meta['sha256'][:12]}")
+        bad += [f"graph {n!r} is not a component carrying it" for n in g["graphs"] if g["binary"] not in (names.get(n) or {}).get("files", [])]
+        if bad:
+            raise ManifestInvalid(f"{path}: weight-shared context {g['binary']}: " + "; ".join(bad), "rebuild the bundle; never edit a manifest")
+
+
+def shared_context_of(data: dict, graph_name: str) -> dict | None:
+    """The weight-sharing group that holds `graph_name`, if the bundle ships it in a shared context."""
+    return next((g for g in (data.get("weight_sharing") or {}).get("groups", []) if graph_name in g["graphs"]), None)
 
 
 def file_findings(bundle: Path, data: dict, verified: dict[str, str] | None = None) -> list[dict]:

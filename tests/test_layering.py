@@ -16,7 +16,8 @@ HEAVY = {"torch", "onnx", "transformers", "executorch", "torchao", "onnxscript",
 REGISTRIES = ("exporter.backends", "exporter.adapters", "recipes")
 
 FLOOR = {f"exporter.{m}" for m in ("errors", "names", "hashing", "atomic", "locks", "versions", "hostcpu", "hostinfo", "targets",
-                                   "routes", "child", "safejson", "safetensors_header", "runtime", "loaders", "heap")}
+                                   "routes", "child", "safejson", "safetensors_header", "runtime", "loaders", "heap",
+                                   "htp_sharing")}
 TRUST_BOUNDARY = ("manifests.manifest", "manifests.signing", "verify.gate", "verify.thresholds", "manifests.audit")
 # The one place the trust boundary may reach a heavy library: the floor's loaders open a bundle's `.pte` programs with the
 # ExecuTorch runtime, whose Python binding takes torch tensors; imported inside the function that opens a program

@@ -57,15 +57,7 @@ def test_context_is_never_shortened():
     assert p.admitted and {a.context for a in p.artifacts if a.role in ("prefill", "decode")} == {512, 1024}
 
 
-@pytest.fixture
-def sharing_toolchain(monkeypatch):
-    """A QNN toolchain whose weight-shared contexts load (the pinned 2.7.0 cannot: see test_weight_sharing.py)."""
-    import exporter.plan as plan_mod
-
-    monkeypatch.setattr(plan_mod, "QNN_WEIGHT_SHARING_UNUSABLE", {})
-
-
-def test_qwen27b_arithmetic_matches_the_roadmap(sharing_toolchain):
+def test_qwen27b_arithmetic_matches_the_roadmap():
     r = get_recipe("qwen3.8-27b")
     p = make_plan(r, get_target("x-elite"))  # the 32 GiB CRD
     lang = p.memory["nominal_language_weight_bytes"] / GiB
@@ -80,14 +72,21 @@ def test_qwen27b_arithmetic_matches_the_roadmap(sharing_toolchain):
     assert make_plan(r, get_target("qcs6490")).rejection.code == "capacity"
 
 
-def test_27b_on_x_elite_is_rejected_while_the_toolchain_cannot_share_weights():
-    """With the pinned onnxruntime-qnn every bucket graph holds its own weights: the plan counts them and says why."""
+def test_sharing_is_counted_once_and_its_load_is_stated_as_verified_on_a_device_only():
+    """A v73+ plan ships each weight set's graphs in one shared context: weights counted once, and the plan says where
+    its numbers and its shared load are verified (the x86 simulator cannot load a shared context)."""
     p = make_plan(get_recipe("qwen3.8-27b"), get_target("x-elite"))
-    assert p.rejection.code == "capacity" and p.precision == "w4a16"
     m = p.memory
-    assert not m["weight_sharing"]["used"] and m["weight_sharing"]["accelerator"] and not m["weight_sharing"]["toolchain"]
-    assert m["required_bytes"] > m["budget_bytes"] >= m["required_bytes_if_weights_shared"]
-    assert "weight sharing is not usable" in p.rejection.reason and "2.7.0" in p.rejection.reason
+    assert m["weight_sharing"]["used"] and m["weights_shared_between_graphs"]
+    assert m["weight_sharing"]["load_verified"] == "device-only" and "simulator" in m["weight_sharing"]["note"]
+    assert m["weights_all_graphs_bytes"] > 2 * m["weights_bytes"] and m["required_bytes_if_weights_shared"] is None
+    # minicpm-o's language group on sm8750: w8a16 does not fit even shared, w4a16 shared does (issue #31)
+    lang = get_recipe("minicpm-o.language")
+    w8 = make_plan(lang, get_target("sm8750"), "w8a16")
+    assert w8.rejection.code == "capacity" and w8.memory["weights_shared_between_graphs"]
+    w4 = make_plan(lang, get_target("sm8750"), "w4a16")
+    assert w4.admitted and w4.memory["weights_shared_between_graphs"]
+    assert w4.memory["required_bytes"] <= w4.memory["budget_bytes"] < w8.memory["required_bytes"]
 
 
 def test_a_single_layer_over_the_limit_is_graph_too_large():
@@ -114,21 +113,29 @@ def test_memory_budget_separates_vram_from_shared_ram():
         assert s[c] == ring + per_token_global * c, c
 
 
-def test_weight_sharing_is_used_only_where_accelerator_and_toolchain_have_it(monkeypatch):
+def test_weight_sharing_is_used_only_where_accelerator_and_recipe_have_it():
     r = get_recipe("spark")
     v68 = make_plan(r, get_target("qcs6490"), context=1024)
     v79 = make_plan(r, get_target("sm8750"), context=1024)
     assert not v68.memory["weight_sharing"]["accelerator"] and "no weight sharing" in v68.memory["weight_sharing"]["note"]
-    # v79 has it, the pinned onnxruntime-qnn cannot load a shared context: weights are counted per graph
-    assert v79.memory["weight_sharing"]["accelerator"] and not v79.memory["weights_shared_between_graphs"]
-    assert v79.memory["weights_bytes"] == v68.memory["weights_bytes"]
-    import exporter.plan as plan_mod
+    assert v79.memory["weights_shared_between_graphs"] and not v68.memory["weights_shared_between_graphs"]
+    assert v68.memory["weights_bytes"] > 2 * v79.memory["weights_bytes"]
+    # a recipe that builds no shared graphs counts weights per graph on v79 too
+    lm = make_plan(get_recipe("tiny-lm"), get_target("sm8750"))
+    assert not lm.memory["weights_shared_between_graphs"] and "builds no weight-shared graphs" in lm.memory["weight_sharing"]["note"]
+    # CPU and GPU sessions hold their own initializers: not shared, and the plan says why
+    gpu = make_plan(r, get_target("nvidia-rtx-wsl"))
+    assert not gpu.memory["weights_shared_between_graphs"] and "not implemented" in gpu.memory["weight_sharing"]["note"]
 
-    monkeypatch.setattr(plan_mod, "QNN_WEIGHT_SHARING_UNUSABLE", {})
-    v79s = make_plan(r, get_target("sm8750"), context=1024)
-    v68s = make_plan(r, get_target("qcs6490"), context=1024)
-    assert v79s.memory["weights_shared_between_graphs"] and not v68s.memory["weights_shared_between_graphs"]
-    assert v68s.memory["weights_bytes"] > 2 * v79s.memory["weights_bytes"]
+
+def test_no_weight_sharing_is_an_explicit_request_counted_per_graph():
+    p = _cli("plan", "spark", "--target", "sm8750", "--no-weight-sharing", "--json")
+    plan = json.loads(p.stdout)
+    assert plan["requested"]["weight_sharing"] is False and not plan["memory"]["weights_shared_between_graphs"]
+    assert "not requested" in plan["memory"]["weight_sharing"]["note"]
+    shared = json.loads(_cli("plan", "spark", "--target", "sm8750", "--json").stdout)
+    assert "weight_sharing" not in shared["requested"] and shared["memory"]["weights_shared_between_graphs"]
+    assert plan["memory"]["weights_bytes"] > 2 * shared["memory"]["weights_bytes"]
 
 
 def test_families_without_export_path_list_it_as_missing():
@@ -222,21 +229,14 @@ def test_minicpm_o_on_qcs6490_admits_the_towers_and_rejects_the_language_model_f
     assert "language" not in tog["groups"]
 
 
-def test_minicpm_o_language_at_four_bits_fits_x_elite_and_needs_weight_sharing_on_sm8750(sharing_toolchain):
+def test_minicpm_o_language_at_four_bits_fits_x_elite_and_sm8750_with_weight_sharing():
     from exporter.plan import make_group_plans
 
     r = get_recipe("minicpm-o")
     for t in ("x-elite", "sm8750"):
         lang = {g["group"]: g for g in make_group_plans(r, get_target(t), "w4a16")["groups"]}["language"]
         assert lang["admitted"], (t, lang["rejection"])
-
-
-def test_minicpm_o_sm8750_four_bit_language_rejection_names_the_sharing_gap():
-    from exporter.plan import make_group_plans
-
-    lang = {g["group"]: g for g in make_group_plans(get_recipe("minicpm-o"), get_target("sm8750"), "w4a16")["groups"]}["language"]
-    assert lang["rejection"]["code"] == "capacity" and "weight sharing is not usable" in lang["rejection"]["reason"]
-    assert {g["group"]: g for g in make_group_plans(get_recipe("minicpm-o"), get_target("x-elite"), "w4a16")["groups"]}["language"]["admitted"]
+        assert lang["weights_shared_between_graphs"], t
 
 
 def test_plan_cli_shows_the_groups_with_their_arithmetic():

@@ -1,7 +1,7 @@
 """spark (Gemma-3-style, ring + full KV, shape buckets) end to end on the tiny twin.
 
 Builds once per session: `tiny-spark` on cpu (fp32, int8) and qcs6490 (w8a16, HTP v68 on the
-simulator), and `spark --checkpoint <tiny twin>` on sm8750 (w8a16, HTP v79). Buckets of the
+simulator), and `spark --checkpoint <tiny twin>` on sm8750 (w8a16, HTP v79, weight-shared contexts). Buckets of the
 twin: prefill AR-8, decode AR-1, contexts 32/64/128/256 (window 32).
 """
 
@@ -93,6 +93,51 @@ def test_htp_simulator_decode_crosses_buckets_with_recorded_agreement(spark_buil
     assert stage["decode"]["token_agreement"] == d["token_agreement"]  # the figure is in the signed manifest
     for c in data["components"]:
         assert set(c["placement"]["by_provider"]) == {"QNNExecutionProvider"}, c["name"]
+
+
+def test_v79_bundle_ships_weight_shared_contexts_verified_graph_by_graph(spark_built, dev_keys, tmp_path):
+    """sm8750 (HTP v79) shares weights: each weight set's graphs ship in one context binary compiled from the same QDQ
+    graphs whose per-graph contexts parity was measured on; the gate refuses to open one on the x86 simulator."""
+    import shutil
+
+    from manifests.onnx_refs import references
+    from verify import gate
+
+    r = spark_built[("sm8750", "w8a16")]
+    data = mf.load(r.bundle)
+    ws = data["weight_sharing"]
+    assert ws["load_verified"] == "device-only" and "simulator" in ws["reason"]
+    groups = {tuple(sorted(g["graphs"])): g for g in ws["groups"]}
+    stack = tuple(sorted(f"{k}_cl{c}" for k in ("prefill_ar8", "decode_ar1") for c in (32, 64, 128, 256)))
+    assert set(groups) == {stack, ("embed_ar1", "embed_ar8", "head_ar1")}
+    # one binary per group and no per-graph binary in the bundle
+    assert sorted(f for f in data["files"] if f.endswith(".bin")) == sorted(g["binary"] for g in ws["groups"])
+    for g in ws["groups"]:
+        assert data["files"][g["binary"]]["sha256"] == g["sha256"]
+        assert g["size"] < g["per_graph_bytes"]  # identical weights stored once
+        for name in g["graphs"]:
+            comp = next(c for c in data["components"] if c["graph_name"] == name)
+            assert {x.location for x in references((r.bundle / comp["entry"]).read_bytes())} == {g["binary"]}, name
+            assert set(g["verified_per_graph"][name]) == {"source_sha256", "context_sha256"}
+    compiled = next(s for s in data["parity"]["stages"] if s["stage"] == "compiled")
+    assert compiled["verdict"] == "pass" and compiled["provider"] == "QNNExecutionProvider"
+    assert "one context per graph" in data["memory"]["measured_on"]
+
+    gate.check_bundle(r.bundle, dev_keys.public, "sm8750")  # intact, signed, verified
+    with pytest.raises(gate.SharedContextOnSimulator) as e:
+        gate.open_session(r.bundle, dev_keys.public, "sm8750", "decode_ar1_cl32")
+    assert "x86 HTP simulator" in e.value.message and "--no-weight-sharing" in e.value.hint
+    p = _cli("verify", str(r.bundle), "--open")
+    assert p.returncode == 5 and "weight-shared context" in p.stderr, p.stderr
+
+    # a manifest whose shared binary is not the file the list signs is refused before anything opens
+    bad = tmp_path / "w8a16"
+    shutil.copytree(r.bundle, bad)
+    d = json.loads((bad / mf.MANIFEST).read_text())
+    d["weight_sharing"]["groups"][0]["sha256"] = "0" * 64
+    (bad / mf.MANIFEST).write_text(json.dumps(d))
+    with pytest.raises(mf.ManifestInvalid, match="weight-shared context"):
+        mf.load(bad)
 
 
 def test_state_layout_is_complete_for_a_runtime(spark_built):

@@ -2,9 +2,9 @@
 
 Two QDQ graphs with the same weights (AR-4 and AR-1 of one MatMul, as prefill and decode
 of one bucket would be) are compiled in one `ep.share_ep_contexts` group on the HTP
-simulator, then opened in a child process. The planner (exporter/plan.py) counts weights
-per graph for the toolchains listed in QNN_WEIGHT_SHARING_UNUSABLE; this test fails the
-moment the pinned toolchain behaves otherwise, in either direction.
+simulator, then opened in a child process. Shared bundles are verified graph by graph and
+the gate refuses to open one on the simulator (exporter/htp_sharing.py) because the
+simulator cannot load them; this test fails the moment the pinned simulator does.
 """
 
 from importlib import metadata
@@ -15,7 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from exporter.backends.qnn_share import compile_shared, probe_load
-from exporter.plan import QNN_WEIGHT_SHARING_UNUSABLE, make_plan
+from exporter.htp_sharing import host_htp_is_simulator
+from exporter.plan import make_plan
 from exporter.targets import get_target
 from recipes import get_recipe
 
@@ -61,7 +62,7 @@ def test_shared_context_behaviour_matches_the_planners_table(tmp_path):
         sources.append(p)
     out = tmp_path / "ctx"
     out.mkdir()
-    models = compile_shared(sources, out, ["prefill_ar4_cl4", "decode_ar1_cl4"], acc)
+    models = compile_shared(sources, out, ["prefill_ar4_cl4", "decode_ar1_cl4"], get_target("sm8750").to_json())
     # one sharing group writes one context binary, referenced by both EPContext models
     bins = sorted(p.name for p in out.glob("*.bin"))
     assert len(bins) == 1, bins
@@ -79,14 +80,15 @@ def test_shared_context_behaviour_matches_the_planners_table(tmp_path):
     assert control["loaded"], control
 
     result = probe_load(models, acc)
-    version = metadata.version("onnxruntime-qnn")
-    unusable = version in QNN_WEIGHT_SHARING_UNUSABLE
-    assert result["loaded"] is (not unusable), (
-        f"onnxruntime-qnn {version}: the shared context {'loads' if result['loaded'] else 'does not load'} "
-        f"({result['detail']}); update QNN_WEIGHT_SHARING_UNUSABLE in exporter/plan.py"
-    )
-    # and the planner draws the consequence on a v79 target
+    assert host_htp_is_simulator(), "this test measures the x86 HTP simulator"
+    assert not result["loaded"], (
+        f"onnxruntime-qnn {metadata.version('onnxruntime-qnn')}: the simulator loaded a weight-shared context; "
+        "exporter/htp_sharing.py (and the gate's refusal) says it cannot: update them")
+    # the planner ships shared contexts anyway (their load is a device check) and says so
     plan = make_plan(get_recipe("spark"), get_target("sm8750"), context=1024)
-    assert plan.memory["weights_shared_between_graphs"] is (not unusable)
-    if unusable:
-        assert version in plan.memory["weight_sharing"]["note"]
+    assert plan.memory["weights_shared_between_graphs"] and plan.memory["weight_sharing"]["load_verified"] == "device-only"
+
+
+def test_the_simulator_is_every_x86_host_and_no_arm_device():
+    assert host_htp_is_simulator("x86_64") and host_htp_is_simulator("AMD64")
+    assert not host_htp_is_simulator("aarch64") and not host_htp_is_simulator("ARM64")

@@ -13,7 +13,9 @@ accelerators) only if, in this order:
 6. the parity verdict is `pass` and the bundle was published;
 7. the session opens on the target's own execution provider with every node on it. A bundle whose parity
    was measured on an emulation (Ryzen AI, DirectML, CUDA verified on ORT CPU) is never run on the CPU
-   under the target's label: without the target's EP on this host it is refused (EmulatedOnly).
+   under the target's label: without the target's EP on this host it is refused (EmulatedOnly). A graph
+   shipped in a weight-shared QNN context is not opened on the x86 HTP simulator, which cannot load one
+   (SharedContextOnSimulator; exporter/htp_sharing.py): its shared load is a device check.
 
 Otherwise it raises a specific GateError subclass saying which. Torch-free:
 needs only the core install plus onnxruntime (and onnxruntime-qnn for QNN).
@@ -53,6 +55,10 @@ class EmulatedOnly(PlacementError):
     """The bundle's parity was measured on an emulating EP and this host lacks the target's own EP."""
 
 
+class SharedContextOnSimulator(PlacementError):
+    """The graph ships in a weight-shared QNN context and this host's HTP is the x86 simulator, which cannot load one."""
+
+
 BundleInvalid = mf.ManifestInvalid
 __all__ = [
     "GateError",
@@ -63,6 +69,7 @@ __all__ = [
     "NotVerified",
     "PlacementError",
     "EmulatedOnly",
+    "SharedContextOnSimulator",
     "check_bundle",
     "open_session",
     "OpenedBundle",
@@ -149,6 +156,17 @@ def open_session(bundle: str | Path, public_key: str | Path, target: str, compon
             f"open it on a {target_json['name']} host with {ep} installed, or build for a CPU target (edge-export recipe "
             f"{opened.manifest['bundle']['recipe']} --target cpu) to run on the CPU",
         )
+    shared = mf.shared_context_of(opened.manifest, comp["graph_name"])
+    if shared is not None and ep == "QNNExecutionProvider" and _htp_is_simulator():
+        from exporter.htp_sharing import PARITY_MEASURED_ON, SIMULATOR_CANNOT_LOAD
+
+        raise SharedContextOnSimulator(
+            f"{opened.path}: {component} ships in the weight-shared context {shared['binary']} (with {len(shared['graphs']) - 1} other "
+            f"graphs), and this host's HTP is the x86 simulator: {SIMULATOR_CANNOT_LOAD}. Its parity was measured on {PARITY_MEASURED_ON}",
+            f"open it on a {target_json['name']} device (aarch64/ARM64 with the QNN HTP), or qualify it there with `edge-export hub "
+            f"validate {opened.path}`; to run this recipe on the simulator, build it without weight sharing "
+            f"(edge-export recipe {opened.manifest['bundle']['recipe']} --target {target_json['name']} --no-weight-sharing)",
+        )
     # a program is loaded with Verification.InternalConsistency; the digest check above already covered the bytes
     runner, placement = open_graph(entry, comp, target_json, threads=threads, provider_options=_provider_options(opened, ep_cache))
     off = placement.nodes_not_on(ep) if placement is not None else []
@@ -158,6 +176,12 @@ def open_session(bundle: str | Path, public_key: str | Path, target: str, compon
             "the artifact does not run fully on the declared accelerator",
         )
     return runner
+
+
+def _htp_is_simulator() -> bool:
+    from exporter.htp_sharing import host_htp_is_simulator
+
+    return host_htp_is_simulator()
 
 
 def _has_provider(ep: str) -> bool:

@@ -44,7 +44,11 @@ class VerifyPoint:
 class Artifacts:
     """What a backend's stages produced for the rest of the build: graph paths per component for each artifact kind,
     the quantization scheme for the manifest, per-component manifest fields, placement known without a session (an
-    ExecuTorch program's delegation), and custom-op libraries an ONNX Runtime session of these graphs needs."""
+    ExecuTorch program's delegation), and custom-op libraries an ONNX Runtime session of these graphs needs.
+
+    `shipped`: where the bundle carries other files than the verified `final` graphs (QNN weight-shared contexts,
+    compiled from the same sources as the per-graph contexts parity is measured on), the graph per component that
+    goes into the bundle; `bundle_fields`: manifest sections that describe them."""
 
     float: dict[str, Path]
     quantized: dict[str, Path]
@@ -53,6 +57,12 @@ class Artifacts:
     component_fields: dict[str, dict] = field(default_factory=dict)
     placement: dict | None = None
     custom_ops: tuple[str, ...] = ()
+    shipped: dict[str, Path] | None = None
+    bundle_fields: dict[str, dict] = field(default_factory=dict)
+
+    def bundled(self) -> dict[str, Path]:
+        """The graph per component that the bundle carries."""
+        return self.shipped if self.shipped is not None else self.final
 
     def paths(self, kind: str) -> dict[str, Path]:
         return {"float": self.float, "quantized": self.quantized, "final": self.final}[kind]

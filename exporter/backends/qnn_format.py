@@ -4,7 +4,8 @@ Float graphs, a calibrated QDQ pass for the HTP integer path (uint8/int8 weights
 v73+, with uint16 activations), then each graph
 compiled on the QNN EP (CPU fallback disabled) into an EPContext model plus its context binary. Parity at three points:
 the float export and the fake-quantized QDQ graph on ORT CPU, the compiled context on the HTP (the x86 simulator of
-onnxruntime-qnn on a build host).
+onnxruntime-qnn on a build host). Where the plan shares weights (v73+), the bundle ships each weight set's graphs in one
+weight-shared context binary compiled from the same QDQ graphs; parity is the per-graph contexts' (exporter/htp_sharing.py).
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ class QnnBackend(Backend):
         return points
 
     def bundle_files(self, final, graph_name, staging):
-        """The EPContext model and every file beside it (its context binary), under the names the compile gave them."""
+        """The EPContext model and the files it names (its context binary, one binary shared by a sharing group's
+        graphs), under the names the compile gave them."""
         import shutil
 
-        names = sorted(p.name for p in final.parent.iterdir() if p.name != "_done.json")
+        from manifests.onnx_refs import references
+
+        names = [final.name] + sorted({r.location for r in references(final.read_bytes())})
         for n in names:
-            shutil.copy2(final.parent / n, staging / n)
+            src, dst = final.parent / n, staging / n
+            if not (dst.exists() and dst.stat().st_size == src.stat().st_size):  # a shared binary is copied once
+                shutil.copy2(src, dst)
         return final.name, names
 
     def component_findings(self, component):

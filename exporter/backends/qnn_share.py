@@ -2,9 +2,10 @@
 
 Compiling several QDQ graphs in one sharing group writes one context binary holding every
 graph, with identical weights stored once; each EPContext model points at that binary.
-The probe opens such a context in a child process (a crash in the QNN backend must not
-take the caller down) and reports what happened. The planner's table of unusable
-toolchains (exporter/plan.py) is checked against this probe by the tests.
+The build compiles each group in a fresh interpreter (qnn_stages.compile_shared_groups). The
+probe opens such a context in a child process (a crash in the QNN backend must not take the
+caller down) and reports what happened; tests/test_weight_sharing.py checks with it that the
+x86 simulator still cannot load one (exporter/htp_sharing.py).
 """
 
 from __future__ import annotations
@@ -12,27 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def compile_shared(sources: list[Path], out_dir: Path, graph_names: list[str], accelerator: dict) -> list[Path]:
-    """One sharing group: every source compiled into EPContext models over a single shared .bin."""
-    import onnxruntime as ort
+def compile_shared(sources: list[Path], out_dir: Path, graph_names: list[str], target: dict) -> list[Path]:
+    """One sharing group, in this process: every source compiled into an EPContext model `out_dir/<name>.onnx`, all of
+    them over the single context binary the last compile writes (identical weights stored once). Raises where a node
+    does not lower to the HTP (no CPU fallback)."""
+    from exporter.runtime import open_session
 
-    from exporter.runtime import qnn_devices, qnn_provider_options
-
-    devices, qnn = qnn_devices(ort)
     out = []
     for i, (src, name) in enumerate(zip(sources, graph_names)):
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", str(out_dir / f"{name}.onnx"))
-        so.add_session_config_entry("ep.context_embed_mode", "0")
-        so.add_session_config_entry("ep.share_ep_contexts", "1")
-        if i == len(sources) - 1:
-            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        so.add_provider_for_devices(devices, qnn_provider_options(accelerator, qnn))
-        ort.InferenceSession(str(src), sess_options=so)
-        out.append(out_dir / f"{name}.onnx")
+        ctx = out_dir / f"{name}.onnx"
+        _, placement = open_session(src, target, context_out=ctx, share="last" if i == len(sources) - 1 else "more")
+        off = placement.nodes_not_on(target["execution_provider"])
+        if off:
+            raise RuntimeError(f"{name}: nodes not on {target['execution_provider']}: {off[:10]}")
+        out.append(ctx)
     return out
 
 

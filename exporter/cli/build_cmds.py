@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from exporter.cli.app import app
-from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, MAX_MEMORY_OPT, public_key_or_dev
+from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, MAX_MEMORY_OPT, SHARE_OPT, public_key_or_dev
 from exporter.cli.render import out_console, print_json, RichReporter
 
 
@@ -30,6 +30,7 @@ def recipe_cmd(
     ram: Optional[float] = RAM_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     max_memory: Optional[float] = MAX_MEMORY_OPT,
+    share: bool = SHARE_OPT,
     as_json: bool = JSON_OPT,
 ):
     """Plan, then build, verify and sign the bundles of recipe NAME for one target.
@@ -49,7 +50,7 @@ def recipe_cmd(
     t = time.perf_counter()
     results = build(name, target, precision, ram_gib=ram, out_root=out, key=key, checkpoint=checkpoint, pin=pin,
                     allow_unpinned=allow_unpinned, cache_root=cache, reporter=reporter, context=context, fmt=fmt, max_memory_gib=max_memory,
-                    command=" ".join(["edge-export", *sys.argv[1:]]))
+                    share_weights=share, command=" ".join(["edge-export", *sys.argv[1:]]))
     failed = [r for r in results if r.status in ("parity-failed", "failed")]
     built = [r for r in results if r.status in ("published", "up-to-date")]
     if as_json:

@@ -14,6 +14,10 @@ CONTEXT_OPT = typer.Option(None, "--context", "-c", help="Largest context bucket
 RAM_OPT = typer.Option(None, "--ram", help="Plan for this RAM SKU of the target, in GiB (one the registry lists).")
 MAX_MEMORY_OPT = typer.Option(None, "--max-memory", help="Memory the build may use, in GiB (default: what the host has available, less 10 %); "
                               "cuts a stack into parts that fit it and bounds verify; a build estimated above it is not started: build-memory, a missing prerequisite (exit 6).")
+SHARE_OPT = typer.Option(True, "--weight-sharing/--no-weight-sharing",
+                         help="On QNN HTP v73+ targets, ship each weight set's graphs in one weight-shared context binary (weights counted once; "
+                              "parity measured on per-graph contexts; the shared load is verified on a device only, the x86 simulator cannot open it). "
+                              "--no-weight-sharing: every graph carries its own weights, counted so by the plan, and loads on the simulator.")
 FORMAT_OPT = typer.Option(None, "--format", "-f", help="Artifact format (default: the target's first).")
 AUDIT_EXIT = 7  # an audit with failing bundles
 PUBLIC_KEY_OPT = typer.Option(None, "--public-key", help="Signer's public key (PEM); default: the local development key, if one exists.")

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from exporter.cli.app import app
-from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, MAX_MEMORY_OPT, public_key_or_dev
+from exporter.cli.options import DEFAULT_OUT, JSON_OPT, CONTEXT_OPT, RAM_OPT, FORMAT_OPT, MAX_MEMORY_OPT, SHARE_OPT, public_key_or_dev
 from exporter.cli.render import err_console, print_json, print_plan, print_groups
 
 
@@ -23,6 +23,7 @@ def plan_cmd(
     ram: Optional[float] = RAM_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     max_memory: Optional[float] = MAX_MEMORY_OPT,
+    share: bool = SHARE_OPT,
     as_json: bool = JSON_OPT,
 ):
     """Print the explicit execution plan (artifacts, parts, memory budget, the build's estimated peak) or its rejection.
@@ -39,12 +40,12 @@ def plan_cmd(
     if ram is not None:
         tgt = tgt.with_ram(ram)
     recipe = get_recipe(name)
-    plan = make_plan(recipe, tgt, precision, context, fmt, requested_target=target, budget=budget_for(max_memory))
+    plan = make_plan(recipe, tgt, precision, context, fmt, requested_target=target, budget=budget_for(max_memory), share_weights=share)
     groups = None
     if recipe.cost.groups:
         from exporter.plan import make_group_plans
 
-        groups = make_group_plans(recipe, tgt, precision, context, fmt, requested_target=target)
+        groups = make_group_plans(recipe, tgt, precision, context, fmt, requested_target=target, share_weights=share)
     if as_json:
         print_json({**plan.to_json(), **(groups or {})})
     else:

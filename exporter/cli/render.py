@@ -95,6 +95,9 @@ def print_plan(plan) -> None:
             t.add_row(k.replace("_bytes", "").replace("_", " "), gib(m[k]))
         t.add_row("weights shared between graphs", str(m["weights_shared_between_graphs"]))
         con.print(t)
+        ws = m.get("weight_sharing") or {}
+        if ws.get("accelerator") and ws.get("note"):
+            con.print(f"weight sharing: {escape(ws['note'])}")
     bm = plan.build_memory
     if bm:
         budget = bm.get("budget")

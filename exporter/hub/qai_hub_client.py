@@ -97,10 +97,12 @@ class QaiHubClient:
         import shutil
         import tempfile
 
+        from manifests.onnx_refs import references
+
         path = Path(path)
         if path.suffix == ".onnx":
-            # context binaries, or the external weights file of a float or QDQ graph (named after it in a bundle)
-            bins = sorted(path.parent.glob(f"{path.stem}*.bin")) + sorted(path.parent.glob(f"{path.name}.data*"))
+            # the files the graph names: its context binary (a sharing group's one binary), or its external weights
+            bins = [path.parent / n for n in sorted({r.location for r in references(path.read_bytes())})]
             if bins:
                 tmp = Path(tempfile.mkdtemp(prefix="edge-export-hub-")) / f"{path.stem}.onnx"
                 tmp.mkdir()

@@ -153,6 +153,12 @@ class ReplayHub:
         hexagon = HubDevice.from_json(job["device"]).hexagon
         if "--qairt_version" not in job["options"]:
             return "no --qairt_version: the service would pick its default QAIRT, not the bundle's"
+        from manifests.manifest import shared_context_of
+
+        shared = shared_context_of(manifest, model.stem)
+        if shared is not None:
+            return (f"replay cannot run {model.name}: it ships in the weight-shared context {shared['binary']}, which the x86 HTP "
+                    "simulator this replay runs on cannot load; only a real device job validates a shared bundle")
         if arch and hexagon != f"v{arch}":
             return (f"the context binary was compiled for Hexagon v{arch}; device {job['device']['name']} is {hexagon}: "
                     "a context binary runs only on the HTP version it was built for (rebuild for that target)")
