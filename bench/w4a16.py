@@ -1,6 +1,6 @@
 """w4a16 against w8a16, and LPBQ against per-channel int4, on one model (issue #31).
 
-    python bench/w4a16.py WORK [--recipe tiny-lm] [--target sm8750] [--block-size 32] [--json OUT.json]
+    python bench/w4a16.py WORK [--recipe tiny-lm] [--target sm8750] [--block-size 32] [--checkpoint DIR] [--json OUT.json]
 
 Builds the recipe for the target three times with the real pipeline (HTP simulator, CPU fallback disabled): w8a16 (the
 recipe's own options), w4a16 with int4 per-channel MatMul weights, and w4a16 with LPBQ blocks of `--block-size`.
@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--recipe", default="tiny-lm")
     ap.add_argument("--target", default="sm8750")
     ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--checkpoint", type=Path, help="a checkpoint directory for a recipe without its own (minicpm-o.language)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
 
@@ -33,13 +34,17 @@ def main() -> None:
     from recipes import get_recipe
 
     base, target = get_recipe(a.recipe), get_target(a.target)
+    if a.checkpoint is not None:
+        from exporter.pipeline import read_checkpoint_config
+
+        base = base.for_checkpoint(read_checkpoint_config(a.checkpoint))
     runs = [("w8a16", "w8a16", base.quant_options),
             ("w4a16 per-channel", "w4a16", {**base.quant_options, "w4a16": {"weights": "per-channel"}}),
             (f"w4a16 LPBQ {a.block_size}", "w4a16", {**base.quant_options, "w4a16": {"weights": "lpbq", "block_size": a.block_size}})]
     rows = []
     for label, precision, options in runs:
         out = a.work / label.replace(" ", "-")
-        r = build_one(replace(base, quant_options=options), target, precision, out_root=out)
+        r = build_one(replace(base, quant_options=options), target, precision, out_root=out, checkpoint=a.checkpoint)
         files = [p for p in r.bundle.iterdir() if p.is_file()]
         row = {"build": label, "status": r.status, "verdict": r.parity.get("verdict"),
                "bundle_bytes": sum(p.stat().st_size for p in files),

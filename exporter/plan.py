@@ -136,24 +136,26 @@ def _split_parts(g: GraphCost, bpw: float, limit: int | None, what_limit: str = 
     return out
 
 
-def weight_sharing(recipe: Recipe, target: Target, requested: bool = True) -> dict:
+def weight_sharing(recipe: Recipe, target: Target, requested: bool = True, fmt: str | None = None) -> dict:
     """Whether the graphs of one weight set share one copy on this target, and why not if they do not.
 
     On the QNN HTP the graphs of one weight set and layer range are compiled into one weight-shared context binary
     (`qnn_stages.compile_shared_groups`); its load is verified on a device only (exporter/htp_sharing.py), which
     the plan states in `load_verified`."""
+    from exporter import backends
     from exporter.htp_sharing import LOAD_VERIFIED, PARITY_MEASURED_ON, SIMULATOR_CANNOT_LOAD
 
     acc, rec = target.accelerator.weight_sharing, recipe.cost.shares_weights
-    tool, note, extra = True, "", {}
-    if target.execution_provider == "QNNExecutionProvider":
+    fmt = fmt or target.formats[0]
+    backend = backends.find(fmt)
+    tool = backend is not None and backend.shares_weights
+    if tool:  # the QNN HTP's weight-shared context binaries
         extra = {"load_verified": LOAD_VERIFIED, "parity_measured_on": PARITY_MEASURED_ON}
         note = ("the graphs of each weight set and layer range ship in one weight-shared context binary; "
                 f"parity is measured on {PARITY_MEASURED_ON}, and the shared load is verified on a device only: "
                 f"{SIMULATOR_CANNOT_LOAD}")
-    else:
-        tool, note = False, (f"edge-export builds each graph as its own {target.execution_provider} session with embedded "
-                             "initializers; sharing them between sessions (SessionOptions.add_initializer) is not implemented")
+    else:  # ONNX Runtime sessions could share initializers (SessionOptions.add_initializer): not implemented
+        extra, note = {}, f"the {fmt} format ships every graph with its own weights; sharing them between sessions is not implemented"
     if not acc:
         note, extra = f"the {target.accelerator.kind} accelerator of {target.name} has no weight sharing", {}
     elif not rec:
@@ -165,10 +167,10 @@ def weight_sharing(recipe: Recipe, target: Target, requested: bool = True) -> di
 
 
 def _memory(recipe: Recipe, target: Target, precision: Precision, graphs: list[GraphCost], artifacts: list[ArtifactPlan],
-            share_weights: bool = True) -> dict:
+            share_weights: bool = True, fmt: str | None = None) -> dict:
     bpw = precision.bytes_per_weight
     act_bytes = precision.act_bits // 8
-    sharing = weight_sharing(recipe, target, share_weights)
+    sharing = weight_sharing(recipe, target, share_weights, fmt)
     shared = sharing["used"]
     per_set: dict[str, int] = {}
     for a in artifacts:
@@ -386,7 +388,7 @@ def make_plan(
         artifacts = cut(limit, what_limit)
     if isinstance(artifacts, Rejection):
         return Plan(**head, rejection=artifacts)
-    memory = _memory(recipe, target, p, graphs, artifacts, share_weights)
+    memory = _memory(recipe, target, p, graphs, artifacts, share_weights, fmt)
     missing = list(missing_for(target.requires, fmt, p, recipe.blocked, recipe.blocked_fix, target))
     if not recipe.blocked and recipe.has_exporter and wanted not in recipe.thresholds:
         # offered for capacity planning, but verify would have nothing to judge the build by: stop before heavy work

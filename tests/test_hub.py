@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -142,6 +143,36 @@ def test_the_real_client_fails_fast_without_a_token_or_a_network(tmp_path, monke
     with pytest.raises(HubUnavailable, match="cannot reach AI Hub") as e:
         client.check_reachable(timeout_s=2.0)
     assert time.monotonic() - t0 < 5 and "not-a-real-token" not in e.value.message
+
+
+def test_the_real_client_uploads_a_graph_with_the_files_it_names(tmp_path, monkeypatch):
+    """A graph of a weight-shared group names the group's one binary (named after another graph): that binary travels
+    with it, and nothing else beside it does."""
+    pytest.importorskip("qai_hub")
+    import onnx
+    from onnx import TensorProto, helper
+
+    from exporter.hub.qai_hub_client import QaiHubClient
+
+    monkeypatch.setenv("QAI_HUB_API_TOKEN", "not-a-real-token")
+    node = helper.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", embed_mode=0, ep_cache_context="prefill_ar8_cl32_qnn.bin")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]),
+              tmp_path / "decode_ar1_cl32.onnx")
+    (tmp_path / "prefill_ar8_cl32_qnn.bin").write_bytes(b"shared")
+    (tmp_path / "decode_ar1_cl32_old.bin").write_bytes(b"not named by the graph")
+    sent = {}
+
+    class Recorder:
+        def upload_model(self, model, name):
+            sent.update({p.name: p.read_bytes() for p in Path(model).iterdir()}, name=name)
+            return type("M", (), {"model_id": "m1"})()
+
+    client = QaiHubClient()
+    client._client = Recorder()
+    assert client.upload_model(tmp_path / "decode_ar1_cl32.onnx", "decode") == "m1"
+    assert set(sent) == {"model.onnx", "prefill_ar8_cl32_qnn.bin", "name"} and sent["prefill_ar8_cl32_qnn.bin"] == b"shared"
 
 
 def test_the_real_client_calls_qai_hub_as_its_api_defines():

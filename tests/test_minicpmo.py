@@ -1,7 +1,8 @@
 """minicpm-o (MiniCPM-o 4.5) end to end on its tiny twin: upstream tensor names, per-group bundles, the chains.
 
 One session build: ``edge-export recipe minicpm-o --checkpoint <tiny>`` on cpu (fp32, int8) and qcs6490
-(w8a16, HTP v68 simulator); the audio group alone on sm8750 (v79) and x-elite (v73).
+(w8a16, HTP v68 simulator); the audio group alone on sm8750 (v79) and x-elite (v73); the language group at w4a16 on
+sm8750 (int4 LPBQ weights, weight-shared contexts).
 """
 
 import json
@@ -31,6 +32,8 @@ def mo_root(tmp_path_factory, tiny_ckpt, key_dir):
     for target in ("sm8750", "x-elite"):
         p = _cli("recipe", "minicpm-o.audio", "--target", target, "--checkpoint", str(tiny_ckpt), "--out", str(root), "--json")
         assert p.returncode == 0, p.stderr[-3000:]
+    p = _cli("recipe", "minicpm-o.language", "--target", "sm8750", "-p", "w4a16", "--checkpoint", str(tiny_ckpt), "--out", str(root), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
     return root
 
 
@@ -128,6 +131,28 @@ def test_every_admissible_group_is_a_signed_verified_bundle_and_the_rest_are_rec
         m = gate.check_bundle(mo_root / "minicpm-o.audio" / target / "w8a16", dev_keys.public, target).manifest
         assert m["target"]["accelerator"]["htp_arch"] == {"sm8750": 79, "x-elite": 73}[target]
         assert m["parity"]["stages"][-1]["provider"] == "QNNExecutionProvider"
+
+
+def test_the_language_group_builds_at_w4a16_on_v79_with_shared_contexts(mo_root, dev_keys):
+    """The MiniCPM-o 4.5 language model on sm8750 fits only at w4a16 with weight-shared contexts (the real-size plan);
+    on the twin that bundle is verified at every stage on the simulator, signed, and refused by the gate there."""
+    from exporter.plan import make_group_plans
+    from exporter.targets import get_target
+    from recipes import get_recipe
+    from verify import gate
+
+    bundle = mo_root / "minicpm-o.language" / "sm8750" / "w4a16"
+    m = gate.check_bundle(bundle, dev_keys.public, "sm8750").manifest
+    assert m["quantization"]["int4"]["form"] == "lpbq" and m["quantization"]["int4"]["block_size"] == 64
+    assert m["quantization"]["int4"]["lpbq"]["weights"] > 1  # every graph's MatMul weights, not the last graph's
+    assert [s["stage"] for s in m["parity"]["stages"]] == ["float-export", "fake-quant", "compiled"]
+    assert all(s["verdict"] == "pass" for s in m["parity"]["stages"])
+    stack = next(g for g in m["weight_sharing"]["groups"] if any(n.startswith("decode_") for n in g["graphs"]))
+    assert {n.split("_")[0] for n in stack["graphs"]} == {"prefill", "decode"} and stack["size"] < stack["per_graph_bytes"]
+    with pytest.raises(gate.SharedContextOnSimulator):
+        gate.open_session(bundle, dev_keys.public, "sm8750", stack["graphs"][0])
+    real = {g["group"]: g for g in make_group_plans(get_recipe("minicpm-o"), get_target("sm8750"), "w4a16")["groups"]}["language"]
+    assert real["admitted"] and real["weights_shared_between_graphs"]
 
 
 def test_each_group_has_its_own_specs_state_and_thresholds(mo_root):

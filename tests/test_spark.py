@@ -52,7 +52,7 @@ def spark_built(spark_root, spark_ckpt, dev_keys):
 
 
 def test_bundles_are_signed_verified_and_named_by_bucket(spark_built):
-    assert set(spark_built) == {("cpu", "fp32"), ("cpu", "int8"), ("qcs6490", "w8a16"), ("sm8750", "w8a16")}
+    assert set(spark_built) == {("cpu", "fp32"), ("cpu", "int8"), ("qcs6490", "w8a16"), ("sm8750", "w8a16"), ("sm8750", "w4a16")}
     for key, r in spark_built.items():
         assert r.status in ("published", "up-to-date") and r.parity["verdict"] == "pass", (key, r.to_json())
         data = mf.load(r.bundle)
@@ -138,6 +138,21 @@ def test_v79_bundle_ships_weight_shared_contexts_verified_graph_by_graph(spark_b
     (bad / mf.MANIFEST).write_text(json.dumps(d))
     with pytest.raises(mf.ManifestInvalid, match="weight-shared context"):
         mf.load(bad)
+
+
+def test_w4a16_lpbq_on_v79_is_verified_at_every_stage_and_ships_shared(spark_built):
+    """spark's language stack at w4a16 (int4 LPBQ MatMul weights, uint16 activations) on sm8750: float export,
+    fake-quant and compiled stages pass the recipe's measured thresholds, the HTP runs it as the CPU runs the QDQ graph,
+    and the bundle ships weight-shared contexts (v68 keeps refusing w4a16: tests/test_w4a16.py)."""
+    r = spark_built[("sm8750", "w4a16")]
+    data = mf.load(r.bundle)
+    assert data["quantization"]["int4"]["form"] == "lpbq" and data["quantization"]["int4"]["block_size"] == 32
+    assert [s["stage"] for s in r.parity["stages"]] == ["float-export", "fake-quant", "compiled"]
+    assert all(s["verdict"] == "pass" for s in r.parity["stages"])
+    fake, compiled = r.parity["stages"][1]["decode"], r.parity["stages"][2]["decode"]
+    assert abs(compiled["logits_vs_hf"]["min_cosine"] - fake["logits_vs_hf"]["min_cosine"]) < 5e-3
+    assert len(data["weight_sharing"]["groups"]) == 2
+    assert all(g["size"] < g["per_graph_bytes"] for g in data["weight_sharing"]["groups"])
 
 
 def test_state_layout_is_complete_for_a_runtime(spark_built):

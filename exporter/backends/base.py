@@ -78,6 +78,7 @@ class Backend:
     calibrated_methods: frozenset[str] = frozenset()
     method_modules: dict[str, tuple[str, ...]] = {}
     export_opset: int | None = None  # an opset the format needs, else the family adapter's
+    shares_weights: bool = False  # ships a weight set's graphs with one weight copy where the accelerator allows
 
     # -- what it builds -------------------------------------------------------------------------------------------
     def method_for(self, precision) -> str | None:

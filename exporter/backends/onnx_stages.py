@@ -28,6 +28,14 @@ def produce(backend, build) -> Artifacts:
     return Artifacts(float=fp32, quantized=quantized, final=quantized, scheme=scheme, custom_ops=custom_ops)
 
 
+def _int4_totals(per_graph: list[dict]) -> dict:
+    out = dict(per_graph[-1])
+    out["matmul_weights"] = sum(i.get("matmul_weights") or 0 for i in per_graph)
+    if "lpbq" in out:
+        out["lpbq"] = {**out["lpbq"], **{k: sum((i.get("lpbq") or {}).get(k, 0) for i in per_graph) for k in ("weights", "blocks")}}
+    return out
+
+
 def bundle_files(final: Path, graph_name: str, staging: Path) -> tuple[str, list[str]]:
     from exporter.backends.onnx_export import copy_graph
 
@@ -148,7 +156,7 @@ def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom
     levels = _chain_levels(build.components) if upstream == "quantized" else {n: 0 for n in fp32}
     feeds: dict = {}  # per level: computed once, for the first graph of that level that needs them
     custom_ops: tuple[str, ...] = ()
-    out, info = {}, {}
+    out, info, infos = {}, {}, []
     try:
         for name, src in sorted(fp32.items(), key=lambda kv: levels[kv[0]]):
             options = build.recipe.quant_options.get(quant_options_key(backend, precision), {})
@@ -179,12 +187,15 @@ def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom
             build.log.hit(f"quantize/{name}", r.hit)
             out[name] = r.path / "model.onnx"
             info = r.info
+            infos.append(info)
             if info.get("needs_custom_ops") and not custom_ops:
                 custom_ops = custom_op_libraries(build)
     finally:
         _drop(feeds)  # and what they spilled to disk
     out = {n: out[n] for n in fp32}  # the plan's order
     scheme = {"precision": precision, "method": method, **info}
+    if "int4" in info:  # counted over every graph, not the last one's
+        scheme["int4"] = _int4_totals([i["int4"] for i in infos if "int4" in i])
     scheme["calibration"] = ({**cal.to_json(), "procedure": build.adapter.calibration_procedure, "upstream": UPSTREAM[upstream]}
                              if calibrated else None)
     return out, scheme, custom_ops

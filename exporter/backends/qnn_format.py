@@ -19,6 +19,7 @@ class QnnBackend(Backend):
     modules = ("onnxruntime_qnn",)
     implemented = frozenset({"float", "ort-dynamic", "ort-qdq-static", "qnn-lpbq"})
     calibrated_methods = frozenset({"ort-qdq-static", "qnn-lpbq"})
+    shares_weights = True  # weight-shared context binaries on v73+ (qnn_stages.compile_shared_groups)
 
     def verify_points(self, precision):
         points = [VerifyPoint("float-export", "float", "fp32", "cpu")]

@@ -25,7 +25,10 @@ def produce(backend, build) -> Artifacts:
     shipped, fields = None, {}
     if build.plan.memory.get("weights_shared_between_graphs"):
         shipped, sharing = compile_shared_groups(build, quantized, final)
-        fields = {"weight_sharing": sharing}
+        if sharing["groups"]:  # a plan whose every weight set has one graph ships its per-graph contexts
+            fields = {"weight_sharing": sharing}
+        else:
+            shipped = None
     return Artifacts(float=fp32, quantized=quantized, final=final, scheme=scheme, custom_ops=custom_ops, shipped=shipped,
                      bundle_fields=fields)
 
