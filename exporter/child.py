@@ -30,8 +30,9 @@ def die_with(parent: int) -> None:  # pragma: no cover - runs first in a child i
         os._exit(1)
 
 
-def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`code` in a fresh interpreter that imports this project; `cwd`: its working directory (default the project's).
+def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = None, python: str | None = None) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter that imports this project; `cwd`: its working directory (default the project's);
+    `python`: another environment's interpreter (default this one's).
 
     The child asks to die with this process from its first line, not from a `preexec_fn`: Python code between fork and
     exec runs the interpreter's at-fork callbacks, where a SIGTERM's Interrupted would be swallowed (and preexec_fn is
@@ -41,5 +42,5 @@ def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
     if sys.platform.startswith("linux"):
         code = f"import exporter.child as _c; _c.die_with({os.getpid()})\n{code}"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout_s,
+    return subprocess.run([python or sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout_s,
                           env=env)

@@ -395,6 +395,13 @@ def make_plan(
         missing.append(Prerequisite(f"{wanted} parity thresholds", f"recipe {recipe.name} offers {wanted} on {target.name} but defines "
                                     f"no {wanted} parity thresholds, so verify could not judge the build",
                                     f"measure {wanted} on the recipe's tiny twin (bench/w4a16.py for w4a16) and add its thresholds to the recipe"))
+    if (recipe.quant_options.get(wanted) or {}).get("quantizer") == "aimet-onnx":
+        from exporter import aimet_env
+
+        if aimet_env.python() is None:
+            missing.append(Prerequisite("aimet-onnx environment", f"recipe {recipe.name} quantizes {wanted} with aimet-onnx, whose "
+                                        f"environment is not set up at {aimet_env.env_dir()} (it cannot live in the project's: "
+                                        "exporter/aimet_env.py)", f"run `{aimet_env.SETUP}`"))
     build_memory = _build_memory(recipe, artifacts, bpw, what_limit, budget)
     if short is None and budget is not None and build_memory["estimated_peak_bytes"] > budget.bytes:
         short = (f"building it is estimated to need {gib(build_memory['estimated_peak_bytes'])} ({build_memory['estimate']}; its largest "

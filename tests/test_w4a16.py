@@ -162,3 +162,49 @@ def test_an_offered_precision_without_thresholds_stops_before_any_heavy_work():
     (m,) = [x for x in p.missing if x.name == "w4a16 parity thresholds"]
     assert "tiny-minicpm-o.language" in m.reason and "thresholds" in m.fix
     assert make_plan(get_recipe("tiny-lm"), get_target("sm8750"), "w4a16").buildable
+
+
+@pytest.mark.parametrize("seq_mse", [False, True])
+def test_aimet_lpbq_runs_on_the_htp_simulator_as_on_the_cpu(tmp_path, seq_mse):
+    """The aimet-onnx method (issue #31): AIMET's LPBQ, optionally after SeqMSE, from the exporter's opset-18 float graph;
+    the guard passes it, the HTP (no CPU fallback) runs it as ORT's CPU runs the QDQ graph, and the scheme says who
+    quantized it."""
+    import onnxruntime as ort
+
+    from exporter.backends import quantize as q
+    from exporter.runtime import open_session
+    from exporter.targets import get_target
+
+    src, dst = tmp_path / "toy.onnx", tmp_path / "aimet.onnx"
+    _toy(src)
+    feeds = _feeds()
+    info = q.static_w4a16(src, dst, feeds, weights="lpbq", block_size=64, quantizer="aimet-onnx", seq_mse=seq_mse)
+    assert info["quantizer"].startswith("aimet-onnx ") and info["int4"]["seq_mse"] is seq_mse
+    assert info["int4"]["matmul_weights"] == 2 and q.int4_findings(dst) == []
+    cpu = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    htp, placement = open_session(dst, get_target("sm8750").to_json())
+    assert placement.nodes_not_on("QNNExecutionProvider") == []
+    for f in feeds[:3]:
+        want, got, dev = ref.run(None, f)[0], cpu.run(None, f)[0], htp.run(None, f)[0]
+        assert _cos(want, got) > 0.98 and _cos(got, dev) > 0.99999
+    with pytest.raises(Exception, match="LPBQ weights only"):
+        q.static_w4a16(src, tmp_path / "x.onnx", feeds, weights="per-channel", quantizer="aimet-onnx")
+    with pytest.raises(Exception, match="needs quantizer 'aimet-onnx'"):
+        q.static_w4a16(src, tmp_path / "x.onnx", feeds, seq_mse=True)
+
+
+def test_a_recipe_that_asks_for_aimet_without_its_environment_is_a_missing_prerequisite(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from exporter.plan import make_plan
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    monkeypatch.setenv("EDGE_EXPORT_AIMET_ENV", str(tmp_path / "none"))
+    lm = get_recipe("tiny-lm")
+    lm = replace(lm, quant_options={**lm.quant_options, "w4a16": {"weights": "lpbq", "block_size": 32, "quantizer": "aimet-onnx"}})
+    p = make_plan(lm, get_target("sm8750"), "w4a16")
+    assert p.admitted and not p.buildable
+    (m,) = [x for x in p.missing if x.name == "aimet-onnx environment"]
+    assert str(tmp_path / "none") in m.reason and "python -m exporter.aimet_env" in m.fix

@@ -32,7 +32,8 @@ def _int4_totals(per_graph: list[dict]) -> dict:
     out = dict(per_graph[-1])
     out["matmul_weights"] = sum(i.get("matmul_weights") or 0 for i in per_graph)
     if "lpbq" in out:
-        out["lpbq"] = {**out["lpbq"], **{k: sum((i.get("lpbq") or {}).get(k, 0) for i in per_graph) for k in ("weights", "blocks")}}
+        out["lpbq"] = {**out["lpbq"], **{k: sum((i.get("lpbq") or {}).get(k, 0) for i in per_graph) for k in ("weights", "blocks")
+                                         if k in out["lpbq"]}}
     return out
 
 

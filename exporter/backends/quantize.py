@@ -343,20 +343,30 @@ LPBQ_SCALE_BITS = 4  # the per-block integer scales' width the HTP's LPBQ encodi
 INT4_MIN, INT4_MAX = -8, 7
 
 
-def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq", block_size: int = 64) -> dict:
+def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq", block_size: int = 64, quantizer: str = "ort",
+                 seq_mse: bool = False) -> dict:
     """Calibrated QDQ for the HTP v73+ integer path: every constant MatMul weight int4 symmetric (per output channel,
     or LPBQ blocks of `block_size` along the reduction axis), the other weights uint8 per-tensor as in w8a16, uint16
-    activations (MinMax), standard opset-21 Q/DQ; then the 4-bit guard (`int4_findings`)."""
+    activations (MinMax), standard opset-21 Q/DQ; then the 4-bit guard (`int4_findings`). `quantizer` "aimet-onnx":
+    AIMET's LPBQ instead of ORT's quantizer and our rewrite (`aimet_w4a16`), optionally after SeqMSE."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    from exporter.errors import EdgeExportError, UsageError
+    from exporter.errors import UsageError
 
     if weights not in ("lpbq", "per-channel"):
         raise UsageError(f"w4a16 weights {weights!r} is neither 'lpbq' nor 'per-channel'", "set the recipe's w4a16 quant option 'weights' to one of them")
     if weights == "lpbq" and (not isinstance(block_size, int) or block_size < 2):
         raise UsageError(f"w4a16 block_size {block_size!r} is not an integer of at least 2", "set the recipe's w4a16 'block_size' (64 by default)")
+    if quantizer not in ("ort", "aimet-onnx"):
+        raise UsageError(f"w4a16 quantizer {quantizer!r} is neither 'ort' nor 'aimet-onnx'", "set the recipe's w4a16 quant option 'quantizer' to one of them")
+    if seq_mse and quantizer != "aimet-onnx":
+        raise UsageError("w4a16 seq_mse needs quantizer 'aimet-onnx' (ONNX Runtime's quantizer has no SeqMSE)", "set 'quantizer': 'aimet-onnx' or drop 'seq_mse'")
+    if quantizer == "aimet-onnx":
+        if weights != "lpbq":
+            raise UsageError("the aimet-onnx w4a16 method writes LPBQ weights only", "set the recipe's w4a16 'weights' to 'lpbq', or 'quantizer' to 'ort'")
+        return _guarded(dst, aimet_w4a16(src, dst, feeds, block_size, seq_mse))
     _quiet()
 
     class Reader(_Feeds, CalibrationDataReader):
@@ -377,13 +387,9 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
         for loc in data:
             (Path(dst).parent / loc).unlink()
         onnx.save(model, str(dst), **({"save_as_external_data": True, "location": data[0]} if data else {}))
-    findings = int4_findings(dst)
-    if findings:
-        raise EdgeExportError(f"{dst}: {len(findings)} 4-bit weights the HTP would run wrongly: " + "; ".join(findings[:5]),
-                              "4-bit weights must be symmetric (int4, zero point 0) with positive finite scales; fix the quantizer's options")
     what = (f"int4 symmetric LPBQ blocks of {block_size} (4-bit block scales x per-channel float scale; MatMul weights)"
             if weights == "lpbq" else "int4 symmetric per-channel (MatMul weights, axis 1)")
-    return {
+    return _guarded(dst, {
         "scheme": "ort-qdq-static-w4",
         "weights": what + "; uint8 per-tensor asymmetric (the rest: embeddings' Gather)",
         "activations": "uint16 asymmetric (MinMax)",
@@ -391,6 +397,42 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
                  "block_scale_bits": LPBQ_SCALE_BITS if weights == "lpbq" else None, "matmul_weights": len(overrides),
                  **({"lpbq": lpbq} if lpbq else {}), "guard": "symmetric int4, zero point 0, positive finite scales: checked"},
         "opset": 21,
+        "calibration_samples": len(feeds),
+    })
+
+
+def _guarded(dst: Path, info: dict) -> dict:
+    """`info`, once every 4-bit weight of `dst` passed the guard (before compile)."""
+    from exporter.errors import EdgeExportError
+
+    findings = int4_findings(dst)
+    if findings:
+        raise EdgeExportError(f"{dst}: {len(findings)} 4-bit weights the HTP would run wrongly: " + "; ".join(findings[:5]),
+                              "4-bit weights must be symmetric (int4, zero point 0) with positive finite scales; fix the quantizer's options")
+    return info
+
+
+def aimet_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse: bool) -> dict:
+    """AIMET's w4a16 (aimet-onnx, the quantizer qai-hub-models' LLM exports use), run in its own environment
+    (exporter/aimet_env.py): MatMul weights in LPBQ blocks of `block_size` (4-bit values, 4-bit block scales under an
+    8-bit decompressed width), the rest at AIMET's int8, int16 activations exported unsigned, calibrated on `feeds`
+    (MinMax) with the HTP v73 quantsim config, optionally after SeqMSE (weight encodings chosen to minimise each layer's
+    output error on the feeds). Written as standard Q/DQ with the weights prequantized: the explicit LPBQ pattern
+    `to_lpbq` writes."""
+    from exporter import aimet_env
+
+    r = aimet_env.run_w4a16(src, dst, feeds, block_size, seq_mse)
+    return {
+        "scheme": "aimet-onnx-w4",
+        "quantizer": f"aimet-onnx {r['versions']['aimet-onnx']}",
+        "quantizer_environment": {"pins": list(aimet_env.PINS), "versions": r["versions"]},
+        "weights": (f"int4 symmetric LPBQ blocks of {block_size} (4-bit block scales x per-channel float scale; MatMul weights)"
+                    + (", encodings by SeqMSE" if seq_mse else "") + "; int8 (AIMET's HTP v73 config) the rest"),
+        "activations": "uint16 (AIMET int16, exported unsigned; MinMax)",
+        "int4": {"form": "lpbq", "block_size": block_size, "block_scale_bits": LPBQ_SCALE_BITS, "matmul_weights": r["lpbq_weights"],
+                 "lpbq": {"weights": r["lpbq_weights"]}, "seq_mse": seq_mse,
+                 "guard": "symmetric int4, zero point 0, positive finite scales: checked"},
+        "opset": r["opset"],
         "calibration_samples": len(feeds),
     }
 
