@@ -66,7 +66,7 @@ with np.load(feeds_path) as z:
     feeds = [{k.split("/", 1)[1]: z[k] for k in z.files if k.split("/", 1)[0] == str(i)} for i in range(n)]
 with tempfile.TemporaryDirectory(prefix="edge-export-aimet-") as work:
     sim = QuantizationSimModel(onnx.load(src), param_type="int8", activation_type="int16", quant_scheme="min_max",
-                               config_file="htp_v73", path=work, session_options_kwargs={"intra_op_num_threads": 1})
+                               config_file=opts["config"], path=work, session_options_kwargs={"intra_op_num_threads": 1})
     set_grouped_blockwise_quantization_for_weights(sim, ("MatMul",), bitwidth=4, decompressed_bw=8, block_size=opts["block_size"])
     if opts["seq_mse"]:
         apply_seq_mse(sim, feeds, num_candidates=20)
@@ -81,7 +81,7 @@ print("EDGE_EXPORT_RESULT=" + json.dumps({
 """
 
 
-def run_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse: bool) -> dict:
+def run_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse: bool, config: str = "default") -> dict:
     """AIMET's LPBQ pass on `src`, written to `dst`, in the AIMET environment; returns what the worker reports (the
     LPBQ weights, the opset, the environment's versions, checked against PINS)."""
     import json
@@ -99,7 +99,7 @@ def run_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse:
     with tempfile.TemporaryDirectory(prefix="edge-export-aimet-feeds-") as tmp:
         path = Path(tmp) / "feeds.npz"
         np.savez(path, **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
-        p = run_python(_WORKER, str(src), str(dst), str(path), json.dumps({"block_size": block_size, "seq_mse": seq_mse}),
+        p = run_python(_WORKER, str(src), str(dst), str(path), json.dumps({"block_size": block_size, "seq_mse": seq_mse, "config": config}),
                        timeout_s=None, python=str(py))
     line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
     if p.returncode != 0 or line is None:

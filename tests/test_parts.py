@@ -208,9 +208,15 @@ def test_a_build_by_parts_resumes_where_it_was_killed_and_verifies_as_the_whole_
     assert p.returncode == 0, p.stderr[-2000:]
 
 
-def _tiny_spark_parts_exported(tmp_path, monkeypatch):
-    """tiny-spark fp32 planned with a budget that cuts its stack into parts, exported in this process:
+@pytest.fixture(scope="module")
+def tiny_spark_parts(tmp_path_factory):
+    """tiny-spark fp32 planned with a budget that cuts its stack into parts, exported once in this process:
     (recipe, build, graph paths, manifest components)."""
+    with pytest.MonkeyPatch.context() as mp:
+        yield _tiny_spark_parts_exported(tmp_path_factory.mktemp("spark-parts"), mp)
+
+
+def _tiny_spark_parts_exported(tmp_path, monkeypatch):
     from exporter import build_memory as bm
     from exporter import forked
     from exporter.backends import onnx_stages
@@ -228,7 +234,7 @@ def _tiny_spark_parts_exported(tmp_path, monkeypatch):
     return recipe, build, paths, comps
 
 
-def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget(tmp_path, monkeypatch):
+def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget(tiny_spark_parts):
     """Verify and calibration open a stage's graphs through `open_graphs(budget_bytes=...)`: below the graphs' total,
     sessions open on first use and the least recently used close; a generation through them gives the same tokens and
     logits as one through sessions all open at once, and never holds more graph bytes than the budget. Teacher-forced
@@ -239,7 +245,7 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     from exporter.loaders import BoundedRunners, graph_bytes_on_disk, open_graphs
     from verify import split_lm_driver as drv
 
-    recipe, build, paths, comps = _tiny_spark_parts_exported(tmp_path, monkeypatch)
+    recipe, build, paths, comps = tiny_spark_parts
     sizes = sorted(graph_bytes_on_disk(p) for p in paths.values())
     budget = sizes[-1] + sizes[-2]  # two of the largest graphs at a time: far below the stage's total
     assert budget < sum(sizes)
@@ -279,7 +285,7 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     assert by_parts * 10 < by_token, (by_parts, by_token)  # a session per level and run, not per token
 
 
-def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measures_the_same(tmp_path, monkeypatch):
+def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measures_the_same(tiny_spark_parts, tmp_path):
     """With bounded sessions, verify stores each level's calls (here all spilled to disk) and checks them against the
     reference once the level's sessions are closed: no reference call ever runs with a session open, so a part's
     session and its reference tensors are never in memory together, and every figure equals the one measured with
@@ -288,7 +294,7 @@ def test_verify_checks_a_level_of_bounded_sessions_after_closing_them_and_measur
     from exporter.loaders import graph_bytes_on_disk, open_graphs
     from verify.parity import measure_stage
 
-    recipe, build, paths, comps = _tiny_spark_parts_exported(tmp_path, monkeypatch)
+    recipe, build, paths, comps = tiny_spark_parts
     eager, _ = open_graphs(paths, comps, build.cpu_target())
     bounded, _ = open_graphs(paths, comps, build.cpu_target(), budget_bytes=max(graph_bytes_on_disk(p) for p in paths.values()))
     assert bounded.opens == len(paths) and not bounded._open  # every graph opened once for its placement, none left open

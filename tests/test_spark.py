@@ -282,7 +282,8 @@ def test_matrix_counts_twin_builds_as_toolchain_readiness_not_qualification(spar
     for route, target in (("galaxy-s25", "sm8750"), ("qcs6490", "qcs6490")):
         c = next(c for c in m["cells"] if (c["family"], c["route"]) == ("spark", route))
         t = c["deployments"][0]["targets"][0]
-        assert t["target"] == target and t["toolchain"]["status"] == "verified" and t["toolchain"]["precision"] == "w8a16"
+        assert t["target"] == target and t["toolchain"]["status"] == "verified"
+        assert t["toolchain"]["precision"] in {"sm8750": ("w8a16", "w4a16"), "qcs6490": ("w8a16",)}[target]  # both built on v79
         assert t["checkpoint"] == "missing" and t["device"]["status"] == "none" and t["plan"]["verdict"] == "admitted"
         assert c["status"] == "missing-prerequisite" and "toolchain verified on the tiny twin" in t["detail"]
         assert t["toolchain"]["record"] in c["records"]
