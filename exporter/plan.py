@@ -279,10 +279,18 @@ def _part_limit(recipe: Recipe, acc_limit: int | None, bpw: float, budget) -> tu
     return min(limits, default=(None, ""))
 
 
+def role_bytes_per_weight(recipe: Recipe, precision: str, role: str, bpw: float) -> float:
+    """Bytes per weight of a graph of `role`: the precision's, or 8 bits where the recipe keeps that role's MatMul weights
+    at 8 inside a 4-bit build (quant option roles[role].matmul_bits, e.g. the LM head)."""
+    bits = (((recipe.quant_options.get(precision) or {}).get("roles") or {}).get(role) or {}).get("matmul_bits")
+    return 1.0 if bits == 8 and PRECISIONS[precision].weight_bits == 4 else bpw
+
+
 def _build_memory(recipe: Recipe, artifacts: list[ArtifactPlan], bpw: float, what_limit: str, budget) -> dict:
     from exporter import build_memory as bm
 
-    largest = max((int(a.weight_bytes * 4 / bpw) for a in artifacts), default=0)  # float32 bytes a build stage holds
+    # float32 bytes a build stage holds
+    largest = max((int(a.weight_bytes * 4 / role_bytes_per_weight(recipe, a.precision, a.role, bpw)) for a in artifacts), default=0)
     return {
         "budget": budget.to_json() if budget is not None else None,
         "parts_cut_by": what_limit if any(a.parts > 1 for a in artifacts) else "none",
@@ -370,7 +378,7 @@ def make_plan(
     def cut(limit, what_limit) -> list[ArtifactPlan] | Rejection:
         out: list[ArtifactPlan] = []
         for g in graphs:
-            parts = _split_parts(g, bpw, limit, what_limit)
+            parts = _split_parts(g, role_bytes_per_weight(recipe, wanted, g.role, bpw), limit, what_limit)
             if isinstance(parts, Rejection):
                 return parts
             for k, (rng, nbytes) in enumerate(parts, 1):

@@ -208,3 +208,43 @@ def test_a_recipe_that_asks_for_aimet_without_its_environment_is_a_missing_prere
     assert p.admitted and not p.buildable
     (m,) = [x for x in p.missing if x.name == "aimet-onnx environment"]
     assert str(tmp_path / "none") in m.reason and "python -m exporter.aimet_env" in m.fix
+
+
+def test_a_role_can_keep_its_matmul_weights_at_8_bits_and_the_plan_prices_it(tmp_path):
+    """Heads at the precision the recipe states: quant option roles.head.matmul_bits = 8 keeps the LM head's MatMul
+    weights int8 per channel inside a w4a16 build (as qai-hub-models keeps its LLM heads at 8 bits); the plan prices
+    that graph at 8 bits, the quantizer writes it so and the HTP runs it as the CPU does."""
+    from dataclasses import replace
+
+    import onnx
+    import onnxruntime as ort
+
+    from exporter.backends import quantize as q
+    from exporter.backends.onnx_stages import role_options
+    from exporter.plan import make_plan
+    from exporter.runtime import open_session
+    from exporter.targets import get_target
+    from recipes import get_recipe
+
+    opts = {"weights": "lpbq", "block_size": 64, "roles": {"head": {"matmul_bits": 8}}}
+    assert role_options(opts, "head") == {"weights": "lpbq", "block_size": 64, "matmul_bits": 8}
+    assert role_options(opts, "decode") == {"weights": "lpbq", "block_size": 64}
+    lang = get_recipe("minicpm-o.language")
+    four = make_plan(lang, get_target("sm8750"), "w4a16")
+    eight = make_plan(replace(lang, quant_options={**lang.quant_options, "w4a16": opts}), get_target("sm8750"), "w4a16")
+    head = lambda p: next(a.weight_bytes for a in p.artifacts if a.role == "head")
+    assert head(eight) > 1.8 * head(four) and eight.memory["required_bytes"] > four.memory["required_bytes"]
+    assert [a.weight_bytes for a in eight.artifacts if a.role != "head"] == [a.weight_bytes for a in four.artifacts if a.role != "head"]
+
+    src, dst = tmp_path / "toy.onnx", tmp_path / "head8.onnx"
+    _toy(src)
+    feeds = _feeds()
+    info = q.static_w4a16(src, dst, feeds, **role_options(opts, "head"))
+    assert info["matmul_bits"] == 8 and "int4" not in info and info["weights"].startswith("int8 symmetric per-channel")
+    types = {i.name: i.data_type for i in onnx.load(str(dst)).graph.initializer}
+    assert onnx.TensorProto.INT4 not in types.values() and onnx.TensorProto.INT8 in types.values()
+    cpu = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    htp, placement = open_session(dst, get_target("sm8750").to_json())
+    assert placement.nodes_not_on("QNNExecutionProvider") == []
+    for f in feeds[:3]:
+        assert _cos(cpu.run(None, f)[0], htp.run(None, f)[0]) > 0.9999

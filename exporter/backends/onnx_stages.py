@@ -158,9 +158,10 @@ def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom
     feeds: dict = {}  # per level: computed once, for the first graph of that level that needs them
     custom_ops: tuple[str, ...] = ()
     out, info, infos = {}, {}, []
+    roles = {c.name: c.role for c in build.components}
     try:
         for name, src in sorted(fp32.items(), key=lambda kv: levels[kv[0]]):
-            options = build.recipe.quant_options.get(quant_options_key(backend, precision), {})
+            options = role_options(build.recipe.quant_options.get(quant_options_key(backend, precision), {}), roles[name])
             inputs = {"source": sha256_file(src), "precision": precision, "method": method, "tools": build.tool_subset(backend.tools(method)),
                       "code": code_digest(), **({"options": options} if options else {})}
             level = levels[name]
@@ -188,15 +189,20 @@ def quantize(backend, build, fp32: dict[str, Path], calibrated_pass=None, custom
             build.log.hit(f"quantize/{name}", r.hit)
             out[name] = r.path / "model.onnx"
             info = r.info
-            infos.append(info)
+            infos.append((roles[name], info))
             if info.get("needs_custom_ops") and not custom_ops:
                 custom_ops = custom_op_libraries(build)
     finally:
         _drop(feeds)  # and what they spilled to disk
     out = {n: out[n] for n in fp32}  # the plan's order
-    scheme = {"precision": precision, "method": method, **info}
-    if "int4" in info:  # counted over every graph, not the last one's
-        scheme["int4"] = _int4_totals([i["int4"] for i in infos if "int4" in i])
+    int4 = [i["int4"] for _, i in infos if "int4" in i]
+    main = next((i for _, i in reversed(infos) if "int4" in i), info)  # a role at other bits (an 8-bit head) is listed below
+    scheme = {"precision": precision, "method": method, **main}
+    if int4:  # counted over every graph, not the last one's
+        scheme["int4"] = _int4_totals(int4)
+    by_role = build.recipe.quant_options.get(quant_options_key(backend, precision), {}).get("roles") or {}
+    if by_role:
+        scheme["by_role"] = {r: {"options": by_role[r], "weights": next((i["weights"] for rr, i in infos if rr == r), None)} for r in sorted(by_role)}
     scheme["calibration"] = ({**cal.to_json(), "procedure": build.adapter.calibration_procedure, "upstream": UPSTREAM[upstream]}
                              if calibrated else None)
     return out, scheme, custom_ops
@@ -222,6 +228,12 @@ def _chain_levels(components) -> dict[str, int]:
     last = max(parts, default=0) + 1
     return {c.name: (c.part[0] if c.part else 1) if c.role in ("prefill", "decode") else last if c.role == "head" else 0
             for c in components}
+
+
+def role_options(options: dict, role: str) -> dict:
+    """A precision's quant options for a graph of `role`: the recipe's options with its `roles[role]` entries over them
+    (e.g. {"roles": {"head": {"matmul_bits": 8}}} keeps the LM head's weights at 8 bits in a w4a16 build)."""
+    return {**{k: v for k, v in options.items() if k != "roles"}, **((options.get("roles") or {}).get(role) or {})}
 
 
 def quant_options_key(backend, precision: str) -> str:

@@ -344,11 +344,12 @@ INT4_MIN, INT4_MAX = -8, 7
 
 
 def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq", block_size: int = 64, quantizer: str = "ort",
-                 seq_mse: bool = False, aimet_config: str = "default") -> dict:
+                 seq_mse: bool = False, aimet_config: str = "default", matmul_bits: int = 4) -> dict:
     """Calibrated QDQ for the HTP v73+ integer path: every constant MatMul weight int4 symmetric (per output channel,
     or LPBQ blocks of `block_size` along the reduction axis), the other weights uint8 per-tensor as in w8a16, uint16
     activations (MinMax), standard opset-21 Q/DQ; then the 4-bit guard (`int4_findings`). `quantizer` "aimet-onnx":
-    AIMET's LPBQ instead of ORT's quantizer and our rewrite (`aimet_w4a16`), optionally after SeqMSE."""
+    AIMET's LPBQ instead of ORT's quantizer and our rewrite (`aimet_w4a16`), optionally after SeqMSE. `matmul_bits` 8
+    (a recipe's role option, e.g. for the LM head): that graph's MatMul weights int8 symmetric per channel instead."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
@@ -359,6 +360,10 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
         raise UsageError(f"w4a16 weights {weights!r} is neither 'lpbq' nor 'per-channel'", "set the recipe's w4a16 quant option 'weights' to one of them")
     if weights == "lpbq" and (not isinstance(block_size, int) or block_size < 2):
         raise UsageError(f"w4a16 block_size {block_size!r} is not an integer of at least 2", "set the recipe's w4a16 'block_size' (64 by default)")
+    if matmul_bits not in (4, 8):
+        raise UsageError(f"w4a16 matmul_bits {matmul_bits!r} is neither 4 nor 8", "set the recipe's role option 'matmul_bits' to 4 or 8")
+    if matmul_bits == 8 and quantizer != "ort":
+        raise UsageError("8-bit MatMul weights inside a w4a16 build are written by the ORT quantizer only", "set that role's 'quantizer' to 'ort'")
     if quantizer not in ("ort", "aimet-onnx"):
         raise UsageError(f"w4a16 quantizer {quantizer!r} is neither 'ort' nor 'aimet-onnx'", "set the recipe's w4a16 quant option 'quantizer' to one of them")
     if seq_mse and quantizer != "aimet-onnx":
@@ -372,7 +377,9 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
     class Reader(_Feeds, CalibrationDataReader):
         pass
 
-    overrides = _matmul_weight_overrides(src, "QInt4")
+    if matmul_bits == 8:
+        weights = "int8-per-channel"
+    overrides = _matmul_weight_overrides(src, "QInt4" if matmul_bits == 4 else "QInt8")
     cfg = get_qnn_qdq_config(str(src), Reader(feeds), calibrate_method=CalibrationMethod.MinMax, activation_type=QuantType.QUInt16,
                              weight_type=QuantType.QUInt8, init_overrides=overrides)
     cfg.extra_options["UseQDQContribOps"] = False  # standard Q/DQ at opset 21 (int4 and block_size are opset-21 types)
@@ -387,15 +394,17 @@ def static_w4a16(src: Path, dst: Path, feeds: list[dict], weights: str = "lpbq",
         for loc in data:
             (Path(dst).parent / loc).unlink()
         onnx.save(model, str(dst), **({"save_as_external_data": True, "location": data[0]} if data else {}))
-    what = (f"int4 symmetric LPBQ blocks of {block_size} (4-bit block scales x per-channel float scale; MatMul weights)"
-            if weights == "lpbq" else "int4 symmetric per-channel (MatMul weights, axis 1)")
+    what = {"lpbq": f"int4 symmetric LPBQ blocks of {block_size} (4-bit block scales x per-channel float scale; MatMul weights)",
+            "per-channel": "int4 symmetric per-channel (MatMul weights, axis 1)",
+            "int8-per-channel": "int8 symmetric per-channel (MatMul weights, axis 1: this role at 8 bits)"}[weights]
+    int4 = {"int4": {"form": weights, "block_size": block_size if weights == "lpbq" else None,
+                     "block_scale_bits": LPBQ_SCALE_BITS if weights == "lpbq" else None, "matmul_weights": len(overrides),
+                     **({"lpbq": lpbq} if lpbq else {}), "guard": "symmetric int4, zero point 0, positive finite scales: checked"}}
     return _guarded(dst, {
         "scheme": "ort-qdq-static-w4",
         "weights": what + "; uint8 per-tensor asymmetric (the rest: embeddings' Gather)",
         "activations": "uint16 asymmetric (MinMax)",
-        "int4": {"form": weights, "block_size": block_size if weights == "lpbq" else None,
-                 "block_scale_bits": LPBQ_SCALE_BITS if weights == "lpbq" else None, "matmul_weights": len(overrides),
-                 **({"lpbq": lpbq} if lpbq else {}), "guard": "symmetric int4, zero point 0, positive finite scales: checked"},
+        **(int4 if matmul_bits == 4 else {"matmul_bits": 8}),
         "opset": 21,
         "calibration_samples": len(feeds),
     })
