@@ -169,6 +169,11 @@ def references(data: bytes) -> list[Reference]:
     return out
 
 
+def named_files(graph: Path) -> list[str]:
+    """The files a graph names (its external data, an EPContext model's context binary), sorted, once each."""
+    return sorted({r.location for r in references(Path(graph).read_bytes())})
+
+
 def reference_findings(bundle: Path, graph_rel: str, signed_files) -> list[str]:
     """What is wrong with the references of one graph of a bundle ([] when every one is a signed file inside it)."""
     graph = Path(bundle) / graph_rel

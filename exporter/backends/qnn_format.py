@@ -32,9 +32,9 @@ class QnnBackend(Backend):
         graphs), under the names the compile gave them."""
         import shutil
 
-        from manifests.onnx_refs import references
+        from manifests.onnx_refs import named_files
 
-        names = [final.name] + sorted({r.location for r in references(final.read_bytes())})
+        names = [final.name] + named_files(final)
         for n in names:
             src, dst = final.parent / n, staging / n
             if not (dst.exists() and dst.stat().st_size == src.stat().st_size):  # a shared binary is copied once

@@ -92,10 +92,9 @@ def compile_shared_groups(build, quantized: dict[str, Path], final: dict[str, Pa
 
 def _context_bytes(ctx_model: Path) -> int:
     """An EPContext model's size with the context binaries beside it that it names."""
-    from manifests.onnx_refs import references
+    from manifests.onnx_refs import named_files
 
-    names = {ctx_model.name} | {r.location for r in references(ctx_model.read_bytes())}
-    return sum((ctx_model.parent / n).stat().st_size for n in names)
+    return sum((ctx_model.parent / n).stat().st_size for n in [ctx_model.name, *named_files(ctx_model)])
 
 
 _COMPILE_SHARED = """

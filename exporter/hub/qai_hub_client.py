@@ -97,12 +97,12 @@ class QaiHubClient:
         import shutil
         import tempfile
 
-        from manifests.onnx_refs import references
+        from manifests.onnx_refs import named_files
 
         path = Path(path)
         if path.suffix == ".onnx":
             # the files the graph names: its context binary (a sharing group's one binary), or its external weights
-            bins = [path.parent / n for n in sorted({r.location for r in references(path.read_bytes())})]
+            bins = [path.parent / n for n in named_files(path)]
             if bins:
                 tmp = Path(tempfile.mkdtemp(prefix="edge-export-hub-")) / f"{path.stem}.onnx"
                 tmp.mkdir()
