@@ -89,7 +89,7 @@ def run_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse:
 
     import numpy as np
 
-    from exporter.child import run_python
+    from exporter.child import child_failure, child_result, run_python
     from exporter.errors import EdgeExportError, MissingPrerequisite
 
     py = python()
@@ -101,12 +101,10 @@ def run_w4a16(src: Path, dst: Path, feeds: list[dict], block_size: int, seq_mse:
         np.savez(path, **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
         p = run_python(_WORKER, str(src), str(dst), str(path), json.dumps({"block_size": block_size, "seq_mse": seq_mse, "config": config}),
                        timeout_s=None, python=str(py))
-    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
-    if p.returncode != 0 or line is None:
-        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
-        raise EdgeExportError(f"{src}: aimet-onnx's w4a16 pass failed in {env_dir()}:\n    " + "\n    ".join(tail),
+    result = child_result(p)
+    if result is None:
+        raise EdgeExportError(f"{src}: aimet-onnx's w4a16 pass failed in {env_dir()} {child_failure(p)}",
                               f"check the environment (`{SETUP}` rebuilds a missing one; delete {env_dir()} to rebuild it)")
-    result = json.loads(line[len("EDGE_EXPORT_RESULT="):])
     want = dict(p.split("==") for p in PINS)
     off = {k: v for k, v in result["versions"].items() if want.get(k) != v.split("+")[0]}  # a local build tag (+cpu) is the pin
     if off:

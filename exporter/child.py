@@ -44,3 +44,21 @@ def run_python(code: str, *args: str, timeout_s: int | None, cwd: Path | None = 
         code = f"import exporter.child as _c; _c.die_with({os.getpid()})\n{code}"
     return subprocess.run([python or sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout_s,
                           env=env)
+
+
+RESULT = "EDGE_EXPORT_RESULT="  # the line a child interpreter prints its JSON result on
+
+
+def child_result(p: subprocess.CompletedProcess) -> dict | None:
+    """The JSON of a child interpreter's last RESULT line, or None where it failed or printed none."""
+    import json
+
+    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith(RESULT)), None)
+    return json.loads(line[len(RESULT):]) if p.returncode == 0 and line is not None else None
+
+
+def child_failure(p: subprocess.CompletedProcess, how: str | None = None) -> str:
+    """How a child interpreter ended (or `how`) and the last lines of its stderr, for an error message."""
+    tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
+    how = how or (f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}")
+    return f"({how}):\n    " + "\n    ".join(tail)

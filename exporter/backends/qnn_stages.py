@@ -72,7 +72,7 @@ def compile_shared_groups(build, quantized: dict[str, Path], final: dict[str, Pa
         inputs = {"sources": [sha256_file(quantized[c.name]) for c in comps], "graphs": names, "target": target["accelerator"],
                   "tools": build.tool_subset(COMPILE_TOOLS), "code": code_digest()}
         with build.log.stage("compile", f"{len(comps)} graphs -> one weight-shared HTP v{target['accelerator']['htp_arch']} context"):
-            r = build.cache.run("compile-shared", inputs, lambda tmp, cs=comps: compile_group(build, [quantized[c.name] for c in cs],
+            r = build.cache.run("compile-shared", inputs, lambda tmp, cs=comps: compile_group([quantized[c.name] for c in cs],
                                                                                               [c.graph_name for c in cs], tmp, target))
         build.log.hit(f"compile-shared/{names[0]}", r.hit)
         for c in comps:
@@ -110,7 +110,7 @@ except Exception as e:
 """
 
 
-def compile_group(build, sources: list[Path], graph_names: list[str], tmp: Path, target: dict) -> dict:
+def compile_group(sources: list[Path], graph_names: list[str], tmp: Path, target: dict) -> dict:
     """One sharing group compiled in a fresh interpreter whose working directory holds a link to each source graph's
     folder, so the graphs are opened by relative names (as `compile_one` does: the bytes depend on the sources and the
     tools, not on where the cache lives)."""
@@ -118,7 +118,7 @@ def compile_group(build, sources: list[Path], graph_names: list[str], tmp: Path,
     import os
     import tempfile
 
-    from exporter.child import run_python
+    from exporter.child import child_failure, child_result, run_python
 
     with tempfile.TemporaryDirectory(prefix="edge-export-share-") as links:
         rel = []
@@ -127,12 +127,10 @@ def compile_group(build, sources: list[Path], graph_names: list[str], tmp: Path,
             rel.append(f"g{i}/{src.name}")
         args = {"sources": rel, "out": str(tmp.resolve()), "graphs": graph_names, "target": target}
         p = run_python(_COMPILE_SHARED, json.dumps(args), timeout_s=None, cwd=Path(links))
-    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
-    result = json.loads(line[len("EDGE_EXPORT_RESULT="):]) if line else None
-    if p.returncode != 0 or result is None or "error" in result:
-        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
-        how = (result or {}).get("error") or (f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}")
-        raise CompileError(f"compiling the weight-shared context of {graph_names} for {target['name']} failed ({how}):\n    " + "\n    ".join(tail),
+    result = child_result(p)
+    if result is None or "error" in result:
+        raise CompileError(f"compiling the weight-shared context of {graph_names} for {target['name']} failed "
+                           + child_failure(p, (result or {}).get("error")),
                            "the same graphs compiled one per context passed; rerun, and report the log if it persists")
     bins = sorted(f.name for f in tmp.iterdir() if f.suffix == ".bin")
     if len(bins) != 1:
@@ -155,18 +153,15 @@ print("EDGE_EXPORT_RESULT=" + json.dumps(compile_here(sys.argv[1], json.loads(sy
 def compile_one(src: Path, tmp: Path, graph_name: str, target: dict) -> dict:
     import json
 
-    from exporter.child import run_python
+    from exporter.child import child_failure, child_result, run_python
 
     ctx_path = tmp / f"{graph_name}.onnx"
     p = run_python(_COMPILE, src.name, json.dumps(target), str(ctx_path.resolve()), timeout_s=None, cwd=src.parent)
     (tmp / "compile.log").write_text(p.stdout + p.stderr)
-    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
-    if p.returncode != 0 or line is None:
-        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
-        how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
-        raise CompileError(f"{src}: compiling {graph_name} for {target['name']} crashed in its worker process ({how}):\n    " + "\n    ".join(tail),
+    result = child_result(p)
+    if result is None:
+        raise CompileError(f"{src}: compiling {graph_name} for {target['name']} crashed in its worker process {child_failure(p)}",
                            "a worker killed by signal 9 is usually the kernel's out-of-memory killer: free memory and rerun")
-    result = json.loads(line[len("EDGE_EXPORT_RESULT="):])
     if "error" in result:
         off = result["off"]
         raise CompileError(

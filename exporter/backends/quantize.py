@@ -64,21 +64,19 @@ def in_worker(pass_name: str, src: Path, dst: Path, *args: str, timeout_s: int |
     a crash in the tool cannot take the build with it. What the tool printed is kept beside `dst` (worker.log)."""
     import json
 
-    from exporter.child import run_python
+    from exporter.child import child_failure, child_result, run_python
     from exporter.errors import EdgeExportError
 
     if pass_name not in WORKER_PASSES:
         raise ValueError(f"{pass_name} is not a worker pass ({', '.join(WORKER_PASSES)})")
     p = run_python(_WORKER, pass_name, json.dumps([str(src), str(dst), *args]), timeout_s=timeout_s)
     (Path(dst).parent / "worker.log").write_text(p.stdout + p.stderr)
-    line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("EDGE_EXPORT_RESULT=")), None)
-    if p.returncode != 0 or line is None:
-        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-5:] or ["no output"]
-        how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
-        raise EdgeExportError(f"{src}: {pass_name} failed in its worker process ({how}):\n    " + "\n    ".join(tail),
+    result = child_result(p)
+    if result is None:
+        raise EdgeExportError(f"{src}: {pass_name} failed in its worker process {child_failure(p)}",
                               "fix what the tool says above; a worker killed by signal 9 is usually the kernel's out-of-memory "
                               "killer (free memory, or build a smaller precision or bucket)")
-    return json.loads(line[len("EDGE_EXPORT_RESULT="):])
+    return result
 
 
 def _op_types(graph) -> set[str]:
