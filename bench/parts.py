@@ -84,6 +84,8 @@ def main() -> None:
                     "has 128; 40 for qwen3, tiny-lm's and bench/scaling.py's)")
     ap.add_argument("--layout", choices=("spark", "qwen3"), default="spark")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--trace", type=Path, help="write the build process's RSS timeline and its Python stack at each new "
+                    "high-water mark to this JSON (bench/peak_stack.py); one size only")
     ap.add_argument("--keep", action="store_true", help="keep each size's output root (bundle and stage cache); by default it is "
                     "measured and removed, so the sizes fit one disk (3b's is about 40 GB)")
     a = ap.parse_args()
@@ -128,8 +130,13 @@ def main() -> None:
     part = int(a.part_mib * (1 << 20))
     budget = bm.BuildBudget(bm.WORKING_SET_BYTES + int(bm.PART_FACTOR * part) + 1, f"bench: part {a.part_mib:g} MiB")
     out = a.work / f"out-{a.layout}-{size}-{a.precision}"
-    r, s, base, total = sampled(out, lambda rep: build_one(recipe, get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt,
-                                                          reporter=rep, context=context, budget=budget))
+    import contextlib
+
+    from peak_stack import PeakStack
+
+    with PeakStack(a.trace) if a.trace else contextlib.nullcontext():
+        r, s, base, total = sampled(out, lambda rep: build_one(recipe, get_target("cpu"), a.precision, out_root=out, checkpoint=ckpt,
+                                                              reporter=rep, context=context, budget=budget))
     m = json.loads((r.bundle / "manifest.json").read_text())
     largest = m["plan"]["build_memory"]["largest_part_fp32_bytes"]
     peak = max(s.peak.values())

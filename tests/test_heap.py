@@ -58,3 +58,49 @@ def test_the_model_is_released_after_verify(tmp_path):
     assert model() is None
     with pytest.raises(RuntimeError, match="released after verify"):
         adapter.model()
+
+
+def test_non_finite_values_are_counted_slice_by_slice(monkeypatch):
+    """The finiteness check reads a tensor one slice at a time (its temporaries stay small); values at a slice's first
+    and last element, in the short last slice, and in a tensor smaller than one slice are all counted."""
+    import torch
+
+    from exporter import weights
+
+    monkeypatch.setattr(weights, "CHECK_CHUNK", 7)
+    t = torch.zeros(5, 9)  # 45 elements: six full slices of 7 and one of 3
+    assert weights.count_non_finite(t) == 0
+    flat = t.view(-1)
+    for i, v in ((0, float("nan")), (6, float("inf")), (7, float("-inf")), (44, float("nan"))):
+        flat[i] = v
+    assert weights.count_non_finite(t) == 4
+    assert weights.count_non_finite(torch.tensor([1.0, float("nan")])) == 1
+    assert weights.count_non_finite(t.t()) == 4  # a non-contiguous view is counted whole
+
+
+def test_heap_watch_trims_after_growth_and_not_on_live_growth(monkeypatch):
+    """HeapWatch trims once anonymous memory has grown by its step since its mark; after a trim that returned nothing
+    (the growth is live) it moves its mark instead of trimming on every later look."""
+    from exporter import heap
+
+    anon = [100]
+    trims = []
+    monkeypatch.setattr(heap, "anon_resident_bytes", lambda: anon[0])
+    monkeypatch.setattr(heap, "trim_heap", lambda: trims.append(anon[0]) or anon.__setitem__(0, anon[0] - freed[0]))
+    freed = [0]
+    w = heap.HeapWatch(step_bytes=50)
+    anon[0] = 140
+    w.check()
+    assert trims == []  # below the step
+    anon[0], freed[0] = 160, 55  # 60 over the mark, 55 of it free heap
+    w.check()
+    assert trims == [160] and anon[0] == 105 and w.mark == 100
+    anon[0], freed[0] = 200, 0  # live growth: trimmed once, then the mark follows it
+    w.check()
+    assert trims == [160, 200] and w.mark == 200
+    anon[0] = 230
+    w.check()
+    assert len(trims) == 2
+    anon[0] = 80  # memory given back: the mark comes down with it
+    w.check()
+    assert w.mark == 80

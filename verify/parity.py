@@ -83,11 +83,12 @@ class _DeferredCalls:
     def flush(self) -> None:
         import contextlib
 
-        from exporter.heap import release_free_heap
+        from exporter.heap import HeapWatch, release_free_heap
 
         if hasattr(self.runners, "close"):
             self.runners.close()
             release_free_heap()
+        watch = HeapWatch()  # each call's reference forward frees its temporaries between stored feeds read back
         try:
             for component, counts in self.n_valid.items():
                 hold = self.reference.holding(component) if hasattr(self.reference, "holding") else contextlib.nullcontext()
@@ -97,6 +98,7 @@ class _DeferredCalls:
                         feeds = {k[3:]: v for k, v in rec.items() if k.startswith("in.")}
                         outs = {k[4:]: v for k, v in rec.items() if k.startswith("out.")}
                         self.check(component, feeds, outs, n_valid)
+                        watch.check()
         finally:
             self.rec.cleanup()
         if hasattr(self.reference, "drop_resident"):

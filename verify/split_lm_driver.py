@@ -43,41 +43,54 @@ class GraphSpec:
         )
 
 
+def choose_context(contexts: list[int], n_past: int, n: int, ar: int) -> int:
+    """The layout's bucket rule: the smallest context that takes `n` more tokens after `n_past` in a call of `ar` slots."""
+    for c in contexts:
+        if n_past + n <= c and n_past <= c - ar:
+            return c
+    raise ValueError(f"sequence full: n_past={n_past} + {n} exceeds the largest bucket {contexts[-1]}")
+
+
 @dataclass
 class RingFullState:
+    """The KV state of one sequence; with `layers` (start, end), only those layers' buffers (one part's state)."""
+
     layout: dict
     n_past: int = 0
     context: int = 0
     ring: dict[str, np.ndarray] = field(default_factory=dict)
     full: dict[str, np.ndarray] = field(default_factory=dict)
+    layers: tuple[int, int] | None = None
 
     def __post_init__(self):
         self.reset()
+
+    def _buffers(self, kind: str | None = None) -> list[dict]:
+        """The layout's buffers (of `kind`) this state holds, in the layout's order."""
+        lo, hi = self.layers or (0, 1 << 30)
+        return [b for b in self.layout["buffers"] if kind in (None, b["kind"]) and lo <= b["layer"] < hi]
 
     def reset(self) -> None:
         dt = np.dtype(self.layout["dtype"])
         self.n_past = 0
         self.context = self.layout["contexts"][0]
-        self.ring = {b["name"]: np.zeros(b["shape"], dt) for b in self.layout["buffers"] if b["kind"] == "ring"}
-        self.full = {b["name"]: np.zeros(b["shape_by_context"][str(self.context)], dt) for b in self.layout["buffers"] if b["kind"] == "full"}
+        self.ring = {b["name"]: np.zeros(b["shape"], dt) for b in self._buffers("ring")}
+        self.full = {b["name"]: np.zeros(b["shape_by_context"][str(self.context)], dt) for b in self._buffers("full")}
 
     def select(self, n: int, ar: int) -> int:
         """The smallest context that takes `n` more tokens in a call with `ar` slots (moves state there)."""
-        for c in self.layout["contexts"]:
-            if self.n_past + n <= c and self.n_past <= c - ar:
-                if c != self.context:
-                    self.grow(c)
-                return c
-        raise ValueError(f"sequence full: n_past={self.n_past} + {n} exceeds the largest bucket {self.layout['contexts'][-1]}")
+        c = choose_context(self.layout["contexts"], self.n_past, n, ar)
+        if c != self.context:
+            self.grow(c)
+        return c
 
     def grow(self, c: int) -> None:
         if c < self.context:
             raise ValueError("state only moves to a larger bucket; reset to start over")
-        for b in self.layout["buffers"]:
-            if b["kind"] == "full":
-                new = np.zeros(b["shape_by_context"][str(c)], self.full[b["name"]].dtype)
-                new[:, :, : self.n_past] = self.full[b["name"]][:, :, : self.n_past]
-                self.full[b["name"]] = new
+        for b in self._buffers("full"):
+            new = np.zeros(b["shape_by_context"][str(c)], self.full[b["name"]].dtype)
+            new[:, :, : self.n_past] = self.full[b["name"]][:, :, : self.n_past]
+            self.full[b["name"]] = new
         self.context = c
 
     def slot_positions(self) -> np.ndarray:
@@ -91,7 +104,7 @@ class RingFullState:
 
     def past_feeds(self, g: GraphSpec) -> dict[str, np.ndarray]:
         out = {}
-        for b in self.layout["buffers"]:
+        for b in self._buffers():
             i = b["layer"]
             if g.layers and not (g.layers[0] <= i < g.layers[1]):
                 continue
@@ -104,7 +117,7 @@ class RingFullState:
 
     def write(self, new: dict[str, np.ndarray], layers: tuple[int, int], n_valid: int) -> None:
         w = self.layout["window"]
-        for b in self.layout["buffers"]:
+        for b in self._buffers():
             i = b["layer"]
             if not (layers[0] <= i < layers[1]):
                 continue
@@ -221,31 +234,57 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
     """Every run's (argmax tokens, logits of every step), exactly what `generate(..., forced=run.forced)` returns for
     each, computed one graph level at a time: the embedding of every call of every run, then stack part 1 of every
     call, ..., then the head. A part's KV state depends only on its own inputs, so each level replays the runs with
-    its own state; a runner of one level is used for all its calls before the next level's is first used (a bounded
-    set of sessions opens each graph once per level instead of once per token). `on_level_end` runs after each level's
-    last call (verify closes the level's sessions there and checks its calls against the reference). None where the
-    buckets are cut into different numbers of parts (then use `generate`)."""
+    its own state (that part's layers only). Within a level the calls are grouped by graph: every run's calls of one
+    graph (prefill, or decode in one bucket) run together, each run's calls in its own order with its state kept
+    between groups, so each graph's session opens once per level even when the budget holds one graph (a prefill and
+    a decode graph of a part no longer alternate per run). `on_level_end` runs after each level's last call (verify
+    closes the level's sessions there and checks its calls against the reference). None where the buckets are cut
+    into different numbers of parts or a part index covers different layers in different buckets (then use
+    `generate`)."""
     counts = {len(_graphs_for(graphs, g.role, g.ar, g.context)) for g in graphs.values() if g.role in ("prefill", "decode")}
     if len(counts) != 1:
         return None
     (n_parts,) = counts
+    part_layers = [{g.layers for g in graphs.values() if g.role in ("prefill", "decode") and g.part[0] == k + 1} for k in range(n_parts)]
+    if any(len(ls) != 1 for ls in part_layers):
+        return None
     ars = {role: max(g.ar for g in graphs.values() if g.role == role) for role in ("prefill", "decode")}
-    schedules = []  # per run: [(role, tokens)]
+    schedules = []  # per run: [(role, tokens, ar, context, n_past)], the bucket rule applied as RingFullState.select does
     for r in runs:
         calls = [("prefill", r.prompt[i : i + ars["prefill"]]) for i in range(0, len(r.prompt), ars["prefill"])]
         calls += [("decode", [t]) for t in r.forced[: r.steps - 1]]
-        schedules.append(calls)
+        n_past, sched = 0, []
+        for role, tokens in calls:
+            ar = ars[role]
+            sched.append((role, tokens, ar, choose_context(layout["contexts"], n_past, len(tokens), ar), n_past))
+            n_past += len(tokens)
+        schedules.append(sched)
 
-    def replay(level):
-        """Run `level(run, state, call index, role, tokens, ar, context, n_past)` over every call of every run, each run
-        with a fresh state that follows the layout's bucket rules."""
-        for ri, calls in enumerate(schedules):
-            state = RingFullState(layout)
-            for ci, (role, tokens) in enumerate(calls):
-                ar, n = ars[role], len(tokens)
-                context = state.select(n, ar)
-                level(ri, state, ci, role, tokens, ar, context, state.n_past)
-                state.n_past += n
+    def graph_of(call) -> tuple:
+        role, _, ar, context, _ = call
+        return role, ar, context
+
+    def replay(level, layers=None):
+        """Run `level(run, state, call index, role, tokens, ar, context, n_past)` over every call of every run, grouped
+        by graph (role, AR, context) as above; each run has a fresh state (of `layers`) that follows the bucket rules."""
+        states = [RingFullState(layout, layers=layers or (0, 0)) for _ in schedules]
+        done = [0] * len(schedules)
+        while True:
+            waiting: dict[tuple, list[int]] = {}  # graph -> runs whose next call uses it (first seen first)
+            for ri, sched in enumerate(schedules):
+                if done[ri] < len(sched):
+                    waiting.setdefault(graph_of(sched[done[ri]]), []).append(ri)
+            if not waiting:
+                break
+            key = next(iter(waiting))
+            for ri in waiting[key]:
+                state, sched = states[ri], schedules[ri]
+                while done[ri] < len(sched) and graph_of(sched[done[ri]]) == key:
+                    role, tokens, ar, context, n_past = sched[done[ri]]
+                    assert state.n_past == n_past and state.select(len(tokens), ar) == context
+                    level(ri, state, done[ri], role, tokens, ar, context, n_past)
+                    state.n_past += len(tokens)
+                    done[ri] += 1
         if on_level_end:
             on_level_end()
 
@@ -282,7 +321,8 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
             state.write(out, g.layers, n)
             hidden[ri, ci] = out["hidden_out"]
 
-        replay(part)
+        (layers,) = part_layers[k]
+        replay(part, layers)
     head = next(g for g in graphs.values() if g.role == "head")
     last: dict[tuple[int, int], np.ndarray] = {}
 
@@ -293,7 +333,7 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
     replay(tail)
     out = []
     for ri, (r, calls) in enumerate(zip(runs, schedules)):
-        n_prefill = sum(1 for role, _ in calls if role == "prefill")
+        n_prefill = sum(1 for c in calls if c[0] == "prefill")
         logits = [last[ri, n_prefill - 1]] + [last[ri, ci] for ci in range(n_prefill, len(calls))]
         out.append(([greedy(x) for x in logits], logits))
     return out

@@ -115,18 +115,17 @@ def _without_extra_copies():
     tool_load, tool_reload = qmod.load_model_with_shape_infer, onnx_quantizer.save_and_reload_model_with_shape_infer
     done: list = []  # the model our reload returned (compared by identity)
 
-    def save_and_reload(model):
-        with tempfile.TemporaryDirectory(prefix="ort.quant.") as tmp:
-            path = Path(tmp) / "model.onnx"
-            onnx.save_model(model, path.as_posix(), save_as_external_data=True)  # what the tool saves from its deepcopy
-            return tool_load(path)
-
     def load(path):
         model = tool_load(path)
         if "Gemm" in _op_types(model.graph):
             return model
-        done.append(save_and_reload(model))
-        del model
+        with tempfile.TemporaryDirectory(prefix="ort.quant.") as tmp:
+            saved = Path(tmp) / "model.onnx"
+            onnx.save_model(model, saved.as_posix(), save_as_external_data=True)  # what the tool saves from its deepcopy
+            # the save cleared the model's raw data, but protobuf keeps a cleared field's bytes in the message's arena
+            # until the message goes: drop it before loading the copy, or both are resident (2 x the graph at the peak)
+            del model
+            done.append(tool_load(saved))
         return done[-1]
 
     def reload(model):

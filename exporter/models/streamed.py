@@ -24,6 +24,8 @@ import torch
 from torch import nn
 
 from exporter.errors import IntegrityError
+from exporter.heap import HeapWatch
+from exporter.weights import count_non_finite
 
 
 @dataclass
@@ -82,6 +84,9 @@ class StreamedModel:
         self._resident: OrderedDict[str, None] = OrderedDict()  # read, held by no part, kept (least recently used first)
         self.keep_bytes = keep_bytes
         self._checked: set[str] = set()  # keys whose values were checked finite
+        self._owner_cache: dict[str, list[tuple[nn.Module, str]]] = {}
+        self._meta: dict[str, list[nn.Parameter]] = {}
+        self._heap = HeapWatch()  # the freed heap of streaming (matmul buffers between KV growth) goes back as it grows
 
     # -- layout -----------------------------------------------------------------------------------------------------
     def _real_buffers(self) -> None:
@@ -144,10 +149,24 @@ class StreamedModel:
         return sum(4 * self._numel[k] for k in {self._key_of[n] for n in names})
 
     # -- holding tensors --------------------------------------------------------------------------------------------
+    def _owners(self, key: str) -> list[tuple[nn.Module, str]]:
+        """(module, attribute) of every parameter name behind `key` (looked up once: the streamed reference sets each
+        tensor again on every pass)."""
+        if key not in self._owner_cache:
+            self._owner_cache[key] = [(self.model.get_submodule(m), a) for m, _, a in (n.rpartition(".") for n in self._names_of[key])]
+        return self._owner_cache[key]
+
     def _set(self, key: str, value: torch.Tensor) -> None:
-        for name in self._names_of[key]:
-            mod_name, _, attr = name.rpartition(".")
-            self.model.get_submodule(mod_name)._parameters[attr] = nn.Parameter(value, requires_grad=False)
+        for mod, attr in self._owners(key):
+            mod._parameters[attr] = nn.Parameter(value, requires_grad=False)
+
+    def _unset(self, key: str) -> None:
+        """Back to the meta device (the same placeholder parameters every time a tensor is dropped)."""
+        if key not in self._meta:
+            empty = torch.empty(self._shape[key], dtype=torch.float32, device="meta")
+            self._meta[key] = [nn.Parameter(empty, requires_grad=False) for _ in self._owners(key)]
+        for (mod, attr), param in zip(self._owners(key), self._meta[key]):
+            mod._parameters[attr] = param
 
     def _read(self, keys: list[str]) -> None:
         from safetensors import safe_open
@@ -160,8 +179,8 @@ class StreamedModel:
                 for k in ks:
                     t = st.get_tensor(k).to(torch.float32)
                     # checked on its first read; a reread (the reference evicts and reads again) is the same pinned bytes
-                    if k not in self._checked and not torch.isfinite(t).all():
-                        bad = int((~torch.isfinite(t)).sum())
+                    bad = 0 if k in self._checked else count_non_finite(t)
+                    if bad:
                         raise IntegrityError(f"{self.directory / f}: non-finite (NaN or Inf) weights in {k} ({bad} of {t.numel()})",
                                              "the checkpoint is damaged or diverged in training: use a good snapshot (its pin names the digests)")
                     self._checked.add(k)
@@ -189,6 +208,7 @@ class StreamedModel:
                 del self._held[k]
                 self._resident[k] = None
         self._evict(0)
+        self._heap.check()
 
     def _evict(self, incoming: int) -> None:
         """Drop unheld tensors, least recently used first, until what stays plus `incoming` fits `keep_bytes`."""
@@ -196,7 +216,7 @@ class StreamedModel:
             k, _ = self._resident.popitem(last=False)
             self.stats.tensors -= 1
             self.stats.bytes -= self._numel[k] * 4
-            self._set(k, torch.empty(self._shape[k], dtype=torch.float32, device="meta"))
+            self._unset(k)
 
     def drop_resident(self) -> None:
         """Drop every tensor no part holds (what `keep_bytes` kept), e.g. before a verify level opens its sessions."""
