@@ -279,6 +279,12 @@ def test_bounded_sessions_compute_what_open_sessions_compute_within_their_budget
     by = dict(seen_want)
     assert all(all(np.array_equal(by[k][n], v) for n, v in out.items()) for k, out in seen_got)  # ... with the same outputs
     by_parts = bounded.opens - opens
+    # one session at a time: every graph the runs use opens exactly once (a level's prefill and decode graphs and its
+    # buckets do not alternate per run), with the same results
+    one = BoundedRunners(paths, {c["name"]: c for c in comps}, build.cpu_target(), (), budget_bytes=1)
+    again = drv.teacher_forced_by_parts(one, graphs, recipe.state_layout, [drv.ForcedRun(p, f, 30) for p, f in zip(prompts, forced)])
+    assert all(wt == gt and all(np.array_equal(a, b) for a, b in zip(wl, gl)) for (wt, wl), (gt, gl) in zip(want, again))
+    assert one.opens == len({k[1] for k, _ in seen_got}) and one.peak_open_bytes <= sizes[-1]
     for p, f in zip(prompts, forced):
         drv.generate(bounded, graphs, recipe.state_layout, p, 30, forced=f)
     by_token = bounded.opens - opens - by_parts

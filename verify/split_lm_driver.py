@@ -260,23 +260,31 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
             n_past += len(tokens)
         schedules.append(sched)
 
-    def graph_of(call) -> tuple:
-        role, _, ar, context, _ = call
-        return role, ar, context
+    # the graph a level runs a call on, as a key that every run meets in increasing order (contexts only grow, a
+    # prompt's prefill comes before its decodes): a stack part's graph is per (context, role), the embedding's per
+    # role (its AR), the head is one graph
+    def by_bucket(call) -> tuple:
+        role, _, _, context, _ = call
+        return context, role != "prefill"
 
-    def replay(level, layers=None):
+    def by_role(call) -> tuple:
+        return (call[0] != "prefill",)
+
+    def replay(level, graph_of, layers=None):
         """Run `level(run, state, call index, role, tokens, ar, context, n_past)` over every call of every run, grouped
-        by graph (role, AR, context) as above; each run has a fresh state (of `layers`) that follows the bucket rules."""
+        by graph: the smallest graph any run waits on next runs for every run waiting on it, each run's calls in its
+        own order, so no graph is needed again after its group and each session opens once per level. Each run has a
+        fresh state (of `layers`) that follows the bucket rules."""
         states = [RingFullState(layout, layers=layers or (0, 0)) for _ in schedules]
         done = [0] * len(schedules)
         while True:
-            waiting: dict[tuple, list[int]] = {}  # graph -> runs whose next call uses it (first seen first)
+            waiting: dict[tuple, list[int]] = {}  # graph -> runs whose next call uses it
             for ri, sched in enumerate(schedules):
                 if done[ri] < len(sched):
                     waiting.setdefault(graph_of(sched[done[ri]]), []).append(ri)
             if not waiting:
                 break
-            key = next(iter(waiting))
+            key = min(waiting)
             for ri in waiting[key]:
                 state, sched = states[ri], schedules[ri]
                 while done[ri] < len(sched) and graph_of(sched[done[ri]]) == key:
@@ -309,7 +317,7 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
                     h[0, j] = runs[ri].inject[n_past + j]
         hidden[ri, ci] = h
 
-    replay(embed)
+    replay(embed, by_role)
     for k in range(n_parts):
         def part(ri, state, ci, role, tokens, ar, context, n_past, k=k):
             n = len(tokens)
@@ -322,7 +330,7 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
             hidden[ri, ci] = out["hidden_out"]
 
         (layers,) = part_layers[k]
-        replay(part, layers)
+        replay(part, by_bucket, layers)
     head = next(g for g in graphs.values() if g.role == "head")
     last: dict[tuple[int, int], np.ndarray] = {}
 
@@ -330,7 +338,7 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
         n = len(tokens)
         last[ri, ci] = run(runs[ri], head, {"hidden": np.ascontiguousarray(hidden.pop((ri, ci))[:, n - 1 : n])}, n_past, n)["logits"][0, 0]
 
-    replay(tail)
+    replay(tail, lambda call: ())
     out = []
     for ri, (r, calls) in enumerate(zip(runs, schedules)):
         n_prefill = sum(1 for c in calls if c[0] == "prefill")
