@@ -27,8 +27,6 @@ def count_non_finite(t) -> int:
 
 def non_finite(model) -> list[tuple[str, int, int]]:
     """(tensor name, non-finite count, size) of every floating parameter or buffer holding NaN or +-Inf."""
-    import torch
-
     found = []
     modules = model.items() if isinstance(model, dict) else [("", model)]
     for prefix, m in modules:
