@@ -1,4 +1,4 @@
-"""Where a process's resident memory peaks: a thread samples this process's RSS (and its children's) every `period`
+"""Where a process's resident memory peaks: a thread samples this process's RSS (and its live descendants') every `period`
 seconds and keeps the main thread's Python stack at each new high-water mark, plus a coarse timeline.
 
 Used by `parts.py --trace PATH` to find what a stage holds at its peak (bench/README.md, "Parts"). A bench tool: the
@@ -14,6 +14,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from scaling import _descendants  # every live descendant (forked exporters, workers), as the Pss sampler finds them
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -38,17 +40,6 @@ def _anon_file() -> tuple[int, int]:
     return anon, file
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
 class PeakStack:
     def __init__(self, path: Path, period: float = 0.1, step_bytes: int = 16 << 20, timeline_s: float = 2.0):
         self.path, self.period, self.step, self.timeline_s = path, period, step_bytes, timeline_s
@@ -66,7 +57,7 @@ class PeakStack:
         me, best, last_t = os.getpid(), 0, -1e9
         while not self._stop.wait(self.period):
             own = _rss(me)
-            kids = sum(_rss(c) for c in _children(me))
+            kids = sum(_rss(int(c)) for c, _ in _descendants(str(me)))
             now = time.perf_counter() - self._t0
             if own > best + self.step:
                 best = own

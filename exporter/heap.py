@@ -59,7 +59,6 @@ class HeapWatch:
     def __init__(self, step_bytes: int = 64 << 20):
         self.step = step_bytes
         self.mark = anon_resident_bytes()
-        self.trims = 0
 
     def check(self) -> None:
         now = anon_resident_bytes()
@@ -67,6 +66,5 @@ class HeapWatch:
             return
         if now - self.mark >= self.step:
             trim_heap()
-            self.trims += 1
             now = anon_resident_bytes()
         self.mark = min(self.mark, now) if now - self.mark < self.step else now

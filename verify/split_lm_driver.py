@@ -289,7 +289,8 @@ def teacher_forced_by_parts(runners: dict[str, Runner], graphs: dict[str, GraphS
                 state, sched = states[ri], schedules[ri]
                 while done[ri] < len(sched) and graph_of(sched[done[ri]]) == key:
                     role, tokens, ar, context, n_past = sched[done[ri]]
-                    assert state.n_past == n_past and state.select(len(tokens), ar) == context
+                    chosen = state.select(len(tokens), ar)  # moves the state to its bucket: never inside an assert
+                    assert state.n_past == n_past and chosen == context
                     level(ri, state, done[ri], role, tokens, ar, context, n_past)
                     state.n_past += len(tokens)
                     done[ri] += 1
