@@ -104,3 +104,17 @@ def test_heap_watch_trims_after_growth_and_not_on_live_growth(monkeypatch):
     anon[0] = 80  # memory given back: the mark comes down with it
     w.check()
     assert w.mark == 80
+
+
+def test_heap_watch_does_nothing_where_the_os_does_not_report_anonymous_memory(monkeypatch):
+    """Off Linux (no /proc/self/statm) the watch never trims and never fails: a memory figure it cannot read is not
+    growth."""
+    from exporter import heap
+
+    trims = []
+    monkeypatch.setattr(heap, "anon_resident_bytes", lambda: None)
+    monkeypatch.setattr(heap, "trim_heap", lambda: trims.append(1))
+    w = heap.HeapWatch(step_bytes=1)
+    for _ in range(3):
+        w.check()
+    assert trims == [] and w.mark is None
